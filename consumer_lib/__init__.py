@@ -1,0 +1,1 @@
+"""Apply Kafka events exactly once by recording their event_id with the handler's writes."""

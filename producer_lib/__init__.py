@@ -1,0 +1,1 @@
+"""Emit outbox events inside the caller's database transaction."""

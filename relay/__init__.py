@@ -1,0 +1,1 @@
+"""The relay: publishes committed outbox events to Kafka, in order per key."""

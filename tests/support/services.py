@@ -1,0 +1,57 @@
+"""Where the tests find Postgres and Kafka.
+
+Environment first (scripts/services up prints the variables); testcontainers only where a
+Docker engine answers, which is never the case on this project's CI machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+_NO_SERVICE = (
+    "{var} is not set and no Docker engine is available for testcontainers. "
+    'Run `scripts/services up` and `eval "$(scripts/services env)"`, or use scripts/test.'
+)
+
+
+def docker_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def postgres_admin_url() -> Iterator[str]:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    if not docker_available():
+        raise RuntimeError(_NO_SERVICE.format(var="DATABASE_URL"))
+    from testcontainers.postgres import PostgresContainer
+
+    container: Any = PostgresContainer("postgres:15", driver=None)
+    with container:
+        yield str(container.get_connection_url())
+
+
+@contextlib.contextmanager
+def kafka_bootstrap_servers() -> Iterator[str]:
+    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if servers:
+        yield servers
+        return
+    if not docker_available():
+        raise RuntimeError(_NO_SERVICE.format(var="KAFKA_BOOTSTRAP_SERVERS"))
+    from testcontainers.kafka import KafkaContainer
+
+    container: Any = KafkaContainer().with_kraft()
+    with container:
+        yield str(container.get_bootstrap_server())
