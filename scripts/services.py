@@ -183,7 +183,11 @@ def pg_up() -> str:
         if os.geteuid() == 0:
             P.pg_log.touch()
             shutil.chown(P.pg_log, "postgres", "postgres")
-        opts = f"-p {PG_PORT} -k {P.pg_data} -c listen_addresses=127.0.0.1 -c max_connections=300"
+        # track_commit_timestamp lets tests compare id order with real commit order.
+        opts = (
+            f"-p {PG_PORT} -k {P.pg_data} -c listen_addresses=127.0.0.1"
+            " -c max_connections=300 -c track_commit_timestamp=on"
+        )
         res = run(
             as_postgres(
                 [

@@ -1,0 +1,56 @@
+-- The outbox, its idempotency keys, the relay's shard leases and the consumer's
+-- processed-events table. Timestamps are UTC ISO-8601 text, which sorts as time does.
+
+CREATE TABLE outbox_settings (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+INSERT INTO outbox_settings (name, value) VALUES ('shard_count', '16');
+
+CREATE TABLE outbox_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id TEXT NOT NULL UNIQUE,
+    topic TEXT NOT NULL CHECK (topic <> ''),
+    key TEXT NOT NULL CHECK (key <> ''),
+    shard INTEGER NOT NULL CHECK (shard >= 0),
+    event_type TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    headers TEXT NOT NULL DEFAULT '{}',
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    available_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'parked')),
+    published_at TEXT
+);
+
+CREATE INDEX outbox_events_unpublished_idx ON outbox_events (shard, id)
+    WHERE published_at IS NULL;
+CREATE INDEX outbox_events_published_idx ON outbox_events (published_at)
+    WHERE published_at IS NOT NULL;
+
+CREATE TABLE outbox_idempotency (
+    scope TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    body_hash BLOB NOT NULL,
+    event_id TEXT NOT NULL,
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    PRIMARY KEY (scope, idempotency_key)
+);
+CREATE INDEX outbox_idempotency_created_idx ON outbox_idempotency (created_at);
+
+CREATE TABLE outbox_relay_leases (
+    shard INTEGER PRIMARY KEY,
+    owner TEXT,
+    token INTEGER NOT NULL DEFAULT 0,
+    lease_until TEXT NOT NULL DEFAULT ''
+);
+
+CREATE TABLE processed_events (
+    consumer_group TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    processed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    PRIMARY KEY (consumer_group, event_id)
+);
+CREATE INDEX processed_events_processed_at_idx ON processed_events (processed_at);

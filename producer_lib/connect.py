@@ -1,0 +1,51 @@
+"""Opening a database from a URL, for the migrator, the CLI and the relay."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from producer_lib.errors import ConfigurationError
+from producer_lib.queries import Dialect
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class DatabaseUrl:
+    dialect: Dialect
+    url: str  # for Postgres: a libpq URL; for SQLite: the file path
+
+    @classmethod
+    def parse(cls, raw: str) -> DatabaseUrl:
+        if not isinstance(raw, str) or not raw:
+            raise ConfigurationError("database URL must be a non-empty string")
+        for scheme in _POSTGRES_SCHEMES:
+            if raw.startswith(scheme):
+                return cls("postgres", "postgresql://" + raw[len(scheme) :])
+        if raw.startswith("sqlite:///"):
+            path = raw[len("sqlite:///") :]
+            if not path or path == ":memory:":
+                raise ConfigurationError(
+                    "a SQLite outbox needs a file: sqlite:///relative/path or sqlite:////abs/path"
+                )
+            return cls("sqlite", path)
+        raise ConfigurationError(
+            "database URL must start with postgresql:// (psycopg) or sqlite:/// "
+            f"(got {raw.split('://', 1)[0]!r}://...)"
+        )
+
+    def connect(self, *, autocommit: bool = False) -> Any:
+        if self.dialect == "postgres":
+            import psycopg
+
+            return psycopg.connect(self.url, autocommit=autocommit)
+        Path(self.url).parent.mkdir(parents=True, exist_ok=True)
+        return sqlite3.connect(
+            self.url,
+            timeout=SQLITE_BUSY_TIMEOUT_S,
+            isolation_level=None if autocommit else "DEFERRED",
+        )

@@ -1,0 +1,169 @@
+"""What a caller asks to emit (Event) and the validated row it becomes (EventRow)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from producer_lib.errors import InvalidEvent, PayloadTooLarge
+from producer_lib.headers import build_headers, validate_user_headers
+from producer_lib.serialization import Serializer, serialize
+from producer_lib.sharding import shard_for
+
+# Kafka's own rule for topic names.
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+MAX_KEY_CHARS = 1024
+MAX_EVENT_TYPE_CHARS = 255
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+
+DeliverAfter = dt.timedelta | dt.datetime
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event to emit; emit_batch takes a sequence of these."""
+
+    topic: str
+    key: str
+    event_type: str
+    payload: object
+    headers: Mapping[str, str] | None = None
+    event_id: uuid.UUID | str | None = None
+    idempotency_key: str | None = None
+    deliver_after: DeliverAfter | None = None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """A validated event, ready to insert."""
+
+    event_id: uuid.UUID
+    topic: str
+    key: str
+    shard: int
+    event_type: str
+    payload: bytes
+    headers: dict[str, str]
+    headers_json: str
+    available_at: dt.datetime | None
+    delay_s: float
+    idempotency_key: str | None
+    body_hash: bytes = field(repr=False)
+
+    @property
+    def size(self) -> int:
+        """Bytes the relay will hand to Kafka for this record, near enough."""
+        return (
+            len(self.payload)
+            + len(self.headers_json.encode())
+            + len(self.key.encode())
+            + len(self.event_type.encode())
+            + 64  # event_id and event_type header names and the event_id value
+        )
+
+
+def _require_text(value: object, name: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{name} must be a str, not {type(value).__name__}", field=name)
+    if not value.strip():
+        raise InvalidEvent(f"{name} must not be empty", field=name)
+    if len(value) > limit:
+        raise InvalidEvent(f"{name} is longer than {limit} characters", field=name)
+    return value
+
+
+def _event_id(value: uuid.UUID | str | None) -> uuid.UUID:
+    if value is None:
+        return uuid.uuid4()
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidEvent(f"event_id {value!r} is not a UUID", field="event_id") from None
+
+
+def _deliver_after(value: DeliverAfter | None) -> tuple[dt.datetime | None, float]:
+    if value is None:
+        return None, 0.0
+    if isinstance(value, dt.timedelta):
+        if value < dt.timedelta(0):
+            raise InvalidEvent("deliver_after must not be negative", field="deliver_after")
+        return None, value.total_seconds()
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidEvent(
+                "deliver_after must be timezone-aware (a naive datetime is ambiguous)",
+                field="deliver_after",
+            )
+        return value.astimezone(dt.UTC), 0.0
+    raise InvalidEvent(
+        f"deliver_after must be a timedelta or an aware datetime, not {type(value).__name__}",
+        field="deliver_after",
+    )
+
+
+def body_hash(topic: str, key: str, event_type: str, payload: bytes, user: dict[str, str]) -> bytes:
+    """What an idempotency key promises: the same event body, whatever its event_id."""
+    h = hashlib.sha256()
+    for part in (topic, key, event_type, json.dumps(user, sort_keys=True)):
+        encoded = part.encode()
+        h.update(len(encoded).to_bytes(8, "big"))
+        h.update(encoded)
+    h.update(payload)
+    return h.digest()
+
+
+def prepare(
+    event: Event, *, serializer: Serializer, shard_count: int, max_event_bytes: int
+) -> EventRow:
+    """Validate and serialize; raises an InvalidEvent subclass before anything is written."""
+    topic = _require_text(event.topic, "topic", 249)
+    if not _TOPIC.match(topic):
+        raise InvalidEvent(
+            f"topic {topic!r} may only hold letters, digits, '.', '_' and '-'", field="topic"
+        )
+    key = _require_text(event.key, "key", MAX_KEY_CHARS)
+    event_type = _require_text(event.event_type, "event_type", MAX_EVENT_TYPE_CHARS)
+    idempotency_key = None
+    if event.idempotency_key is not None:
+        idempotency_key = _require_text(
+            event.idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_CHARS
+        )
+    event_id = _event_id(event.event_id)
+    available_at, delay_s = _deliver_after(event.deliver_after)
+    user = validate_user_headers(event.headers)
+    serialized = serialize(serializer, event.payload)
+    headers = build_headers(user, serialized.content_type)
+    row = EventRow(
+        event_id=event_id,
+        topic=topic,
+        key=key,
+        shard=shard_for(key, shard_count),
+        event_type=event_type,
+        payload=serialized.data,
+        headers=headers,
+        headers_json=json.dumps(headers, ensure_ascii=False, separators=(",", ":")),
+        available_at=available_at,
+        delay_s=delay_s,
+        idempotency_key=idempotency_key,
+        body_hash=body_hash(topic, key, event_type, serialized.data, user),
+    )
+    if row.size > max_event_bytes:
+        raise PayloadTooLarge(
+            f"event of {row.size} bytes exceeds the limit of {max_event_bytes} bytes "
+            "(max_event_bytes; keep it below the relay's Kafka max_request_size)",
+            size=row.size,
+            limit=max_event_bytes,
+        )
+    return row
+
+
+def as_event(fields: Mapping[str, Any]) -> Event:
+    return Event(**fields)

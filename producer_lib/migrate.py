@@ -1,0 +1,194 @@
+"""Applying migrations/<dialect>/NNNN_name.sql once each, recorded, safe under concurrency.
+
+Postgres serialises migrators with a session advisory lock and applies each migration in
+its own transaction; SQLite does all of it inside one BEGIN IMMEDIATE. A database that
+records a migration this code does not have, or one whose file changed since it was
+applied, is refused: running old code against a newer schema is how rows get lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from producer_lib.connect import DatabaseUrl
+from producer_lib.drivers import translate
+from producer_lib.errors import ConfigurationError, MigrationError, OutboxError, UnknownMigration
+from producer_lib.outbox import DEFAULT_LOCK_NAMESPACE
+from producer_lib.queries import Dialect, query
+from producer_lib.sharding import MAX_SHARDS
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    applied: list[int]
+    current: int
+    shard_count: int
+
+
+def available(dialect: Dialect) -> list[Migration]:
+    folder = resources.files("producer_lib.migrations") / dialect
+    found: list[Migration] = []
+    for entry in folder.iterdir():
+        m = _FILE.match(entry.name)
+        if m:
+            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text("utf-8")))
+    found.sort(key=lambda mig: mig.version)
+    versions = [mig.version for mig in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise MigrationError(f"{dialect} migrations are not numbered 1..n: {versions}")
+    return found
+
+
+def schema_sql(dialect: Dialect) -> str:
+    return (resources.files("producer_lib.migrations") / dialect / "schema.sql").read_text("utf-8")
+
+
+def sqlite_statements(script: str) -> list[str]:
+    """Split a SQLite script into statements (sqlite3's executescript would COMMIT first)."""
+    statements: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                statements.append(buf.strip())
+            buf = ""
+    if buf.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()
+    ):
+        raise MigrationError(f"unterminated SQL statement: {buf.strip()[:80]!r}")
+    return statements
+
+
+def _check_known(recorded: list[tuple[Any, ...]], known: list[Migration]) -> set[int]:
+    by_version = {m.version: m for m in known}
+    done: set[int] = set()
+    for version, name, checksum in recorded:
+        mig = by_version.get(int(version))
+        if mig is None:
+            raise UnknownMigration(
+                f"the database records migration {int(version):04d}_{name} which this code "
+                f"does not know (it knows up to {len(known):04d}); upgrade this code first"
+            )
+        if mig.checksum != checksum:
+            raise MigrationError(
+                f"migration {mig.version:04d}_{mig.name} changed since it was applied "
+                "to this database; migrations must never be edited once released"
+            )
+        done.add(mig.version)
+    return done
+
+
+def _apply_shard_count(execute: Any, dialect: Dialect, shard_count: int | None) -> int:
+    rows = execute(query(dialect, "setting_get"), {"name": "shard_count"})
+    recorded = int(rows[0][0])
+    if shard_count is None or shard_count == recorded:
+        return recorded
+    if not 1 <= shard_count <= MAX_SHARDS:
+        raise ConfigurationError(f"shard_count must be in 1..{MAX_SHARDS}")
+    pending = int(execute(query(dialect, "outbox_count_unpublished"), {})[0][0])
+    if pending:
+        raise ConfigurationError(
+            f"cannot change shard_count from {recorded} to {shard_count} while {pending} "
+            "events are unpublished: drain the outbox first"
+        )
+    execute(query(dialect, "setting_put"), {"name": "shard_count", "value": str(shard_count)})
+    return shard_count
+
+
+def migrate(database_url: str, *, shard_count: int | None = None) -> MigrationReport:
+    """Apply pending migrations; optionally set shard_count (only on an empty outbox)."""
+    db = DatabaseUrl.parse(database_url)
+    try:
+        if db.dialect == "postgres":
+            return _migrate_postgres(db, shard_count)
+        return _migrate_sqlite(db, shard_count)
+    except OutboxError:
+        raise
+    except Exception as exc:
+        raise translate(exc) from exc
+
+
+def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationReport:
+    known = available("postgres")
+    lock = {"lock_ns": DEFAULT_LOCK_NAMESPACE}
+    with db.connect(autocommit=True) as conn:
+
+        def execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+        execute(query("postgres", "migration_lock"), lock)
+        try:
+            execute(query("postgres", "migration_table_create"), {})
+            done = _check_known(execute(query("postgres", "migration_list"), {}), known)
+            applied: list[int] = []
+            for mig in known:
+                if mig.version in done:
+                    continue
+                with conn.transaction():
+                    # No parameters: psycopg sends the file as one simple-protocol script.
+                    conn.execute(mig.sql.encode())
+                    execute(
+                        query("postgres", "migration_record"),
+                        {"version": mig.version, "name": mig.name, "checksum": mig.checksum},
+                    )
+                applied.append(mig.version)
+            with conn.transaction():
+                count = _apply_shard_count(execute, "postgres", shard_count)
+        finally:
+            execute(query("postgres", "migration_unlock"), lock)
+    return MigrationReport(applied, len(known), count)
+
+
+def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport:
+    known = available("sqlite")
+    conn: sqlite3.Connection = db.connect(autocommit=True)
+    try:
+
+        def execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(sql, params).fetchall()
+
+        execute(query("sqlite", "database_wal_enable"), {})
+        execute(query("sqlite", "migration_begin"), {})
+        try:
+            execute(query("sqlite", "migration_table_create"), {})
+            done = _check_known(execute(query("sqlite", "migration_list"), {}), known)
+            applied: list[int] = []
+            for mig in known:
+                if mig.version in done:
+                    continue
+                for statement in sqlite_statements(mig.sql):
+                    conn.execute(statement)
+                execute(
+                    query("sqlite", "migration_record"),
+                    {"version": mig.version, "name": mig.name, "checksum": mig.checksum},
+                )
+                applied.append(mig.version)
+            count = _apply_shard_count(execute, "sqlite", shard_count)
+            execute(query("sqlite", "migration_commit"), {})
+        except BaseException:
+            if conn.in_transaction:
+                execute(query("sqlite", "migration_rollback"), {})
+            raise
+    finally:
+        conn.close()
+    return MigrationReport(applied, len(known), count)

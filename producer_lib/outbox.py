@@ -1,0 +1,182 @@
+"""The Outbox: emit events inside the caller's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from producer_lib.drivers import async_executor, run_plan, run_plan_async, sync_executor
+from producer_lib.errors import ConfigurationError
+from producer_lib.events import DeliverAfter, Event, EventRow, prepare
+from producer_lib.plans import WriteOptions, emit_many, emit_one
+from producer_lib.serialization import JsonSerializer, Serializer
+from producer_lib.sharding import MAX_SHARDS
+
+DEFAULT_SHARD_COUNT = 16
+# aiokafka's default max_request_size is 1,048,576 bytes; leave room for the record
+# batch framing so an accepted event is never too large for the relay's producer.
+DEFAULT_MAX_EVENT_BYTES = 1_000_000
+# First half of pg_advisory_xact_lock(int, int): keeps our locks apart from the app's.
+DEFAULT_LOCK_NAMESPACE = 0x0B0C
+
+
+class EventEmitter(Protocol):
+    """What services depend on: the Outbox, or RecordingOutbox in their unit tests."""
+
+    def emit(
+        self,
+        conn: Any,
+        *,
+        topic: str,
+        key: str,
+        event_type: str,
+        payload: object,
+        headers: Mapping[str, str] | None = None,
+        event_id: uuid.UUID | str | None = None,
+        idempotency_key: str | None = None,
+        deliver_after: DeliverAfter | None = None,
+    ) -> uuid.UUID: ...
+
+    def emit_batch(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]: ...
+
+    async def emit_async(
+        self,
+        conn: Any,
+        *,
+        topic: str,
+        key: str,
+        event_type: str,
+        payload: object,
+        headers: Mapping[str, str] | None = None,
+        event_id: uuid.UUID | str | None = None,
+        idempotency_key: str | None = None,
+        deliver_after: DeliverAfter | None = None,
+    ) -> uuid.UUID: ...
+
+    async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]: ...
+
+
+class Outbox:
+    """Writes events into outbox_events on the caller's connection, never committing.
+
+    shard_count must equal the relay's and the database's (checked once per Outbox).
+    per_key_lock (Postgres) makes events of one (topic, key) commit in id order by taking
+    a transaction-scoped advisory lock at emit: writers of the same key queue behind each
+    other until commit. Turn it off only when one writer per key is guaranteed otherwise.
+    """
+
+    def __init__(
+        self,
+        *,
+        shard_count: int = DEFAULT_SHARD_COUNT,
+        serializer: Serializer | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        per_key_lock: bool = True,
+        idempotency_scope: str = "default",
+        lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+    ) -> None:
+        if not isinstance(shard_count, int) or not 1 <= shard_count <= MAX_SHARDS:
+            raise ConfigurationError(f"shard_count must be an int in 1..{MAX_SHARDS}")
+        if not isinstance(max_event_bytes, int) or max_event_bytes < 1024:
+            raise ConfigurationError("max_event_bytes must be an int of at least 1024")
+        if not isinstance(idempotency_scope, str) or not idempotency_scope:
+            raise ConfigurationError("idempotency_scope must be a non-empty str")
+        if not -(2**31) <= lock_namespace < 2**31:
+            raise ConfigurationError("lock_namespace must fit a signed 32-bit int")
+        self.shard_count = shard_count
+        self.serializer: Serializer = serializer or JsonSerializer()
+        self.max_event_bytes = max_event_bytes
+        self._opts = WriteOptions(
+            scope=idempotency_scope,
+            per_key_lock=per_key_lock,
+            lock_namespace=lock_namespace,
+            shard_count=shard_count,
+            check_shard_count=True,
+        )
+
+    def prepare(self, event: Event) -> EventRow:
+        """Validate and serialize without writing: the checks every emit runs first."""
+        return prepare(
+            event,
+            serializer=self.serializer,
+            shard_count=self.shard_count,
+            max_event_bytes=self.max_event_bytes,
+        )
+
+    def _checked(self) -> None:
+        # The database's shard_count cannot change under a running producer.
+        if self._opts.check_shard_count:
+            self._opts = replace(self._opts, check_shard_count=False)
+
+    def emit(
+        self,
+        conn: Any,
+        *,
+        topic: str,
+        key: str,
+        event_type: str,
+        payload: object,
+        headers: Mapping[str, str] | None = None,
+        event_id: uuid.UUID | str | None = None,
+        idempotency_key: str | None = None,
+        deliver_after: DeliverAfter | None = None,
+    ) -> uuid.UUID:
+        """Write one event in conn's transaction; returns its event_id.
+
+        With an idempotency_key already used for the same body, returns the first
+        event's id and writes nothing; for a different body raises IdempotencyConflict.
+        """
+        row = self.prepare(
+            Event(
+                topic, key, event_type, payload, headers, event_id, idempotency_key, deliver_after
+            )
+        )
+        executor = sync_executor(conn)
+        result: uuid.UUID = run_plan(emit_one(row, executor.dialect, self._opts), executor)
+        self._checked()
+        return result
+
+    def emit_batch(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
+        """Write many events in one statement (per event when idempotency keys are used)."""
+        rows = [self.prepare(e) for e in events]
+        executor = sync_executor(conn)
+        result: list[uuid.UUID] = run_plan(emit_many(rows, executor.dialect, self._opts), executor)
+        self._checked()
+        return result
+
+    async def emit_async(
+        self,
+        conn: Any,
+        *,
+        topic: str,
+        key: str,
+        event_type: str,
+        payload: object,
+        headers: Mapping[str, str] | None = None,
+        event_id: uuid.UUID | str | None = None,
+        idempotency_key: str | None = None,
+        deliver_after: DeliverAfter | None = None,
+    ) -> uuid.UUID:
+        """emit for AsyncSession, AsyncConnection and psycopg AsyncConnection."""
+        row = self.prepare(
+            Event(
+                topic, key, event_type, payload, headers, event_id, idempotency_key, deliver_after
+            )
+        )
+        executor = await async_executor(conn)
+        result: uuid.UUID = await run_plan_async(
+            emit_one(row, executor.dialect, self._opts), executor
+        )
+        self._checked()
+        return result
+
+    async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
+        rows = [self.prepare(e) for e in events]
+        executor = await async_executor(conn)
+        result: list[uuid.UUID] = await run_plan_async(
+            emit_many(rows, executor.dialect, self._opts), executor
+        )
+        self._checked()
+        return result

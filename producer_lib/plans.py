@@ -1,0 +1,157 @@
+"""What emit does, as a sequence of named queries, independent of driver and of sync/async.
+
+A plan is a generator: it yields a Step, receives the rows the step returned, and
+finally returns its result. drivers.py runs plans on a real connection; the same plan
+serves sync and async code, Postgres and SQLite.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from producer_lib.errors import ConfigurationError, IdempotencyConflict
+from producer_lib.events import EventRow
+from producer_lib.queries import Dialect
+from producer_lib.sharding import lock_key
+
+Rows = list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Step:
+    query: str
+    params: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    many: bool = False
+
+
+Plan = Generator[Step, Rows, Any]
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    scope: str
+    per_key_lock: bool
+    lock_namespace: int
+    shard_count: int
+    check_shard_count: bool
+
+
+def _sqlite_time(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def row_params(row: EventRow, dialect: Dialect, opts: WriteOptions) -> dict[str, Any]:
+    if dialect == "postgres":
+        return {
+            "event_id": row.event_id,
+            "topic": row.topic,
+            "key": row.key,
+            "shard": row.shard,
+            "event_type": row.event_type,
+            "payload": row.payload,
+            "headers": row.headers_json,
+            "available_at": row.available_at,
+            "delay_s": row.delay_s,
+            "lock_ns": opts.lock_namespace,
+            "lock_key": lock_key(row.topic, row.key) if opts.per_key_lock else None,
+        }
+    return {
+        "event_id": str(row.event_id),
+        "topic": row.topic,
+        "key": row.key,
+        "shard": row.shard,
+        "event_type": row.event_type,
+        "payload": row.payload,
+        "headers": row.headers_json,
+        "available_at": _sqlite_time(row.available_at),
+        "delay_s": f"{row.delay_s:.6f}",
+    }
+
+
+def _db_uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def check_shard_count(opts: WriteOptions) -> Plan:
+    rows = yield Step("setting_get", {"name": "shard_count"})
+    if not rows:
+        raise ConfigurationError(
+            "outbox_settings has no shard_count: run the migrations (outbox-relay migrate)"
+        )
+    recorded = int(rows[0][0])
+    if recorded != opts.shard_count:
+        raise ConfigurationError(
+            f"this producer uses shard_count={opts.shard_count} but the database records "
+            f"{recorded}; producers and relays must agree"
+        )
+
+
+def emit_one(row: EventRow, dialect: Dialect, opts: WriteOptions) -> Plan:
+    """Insert one event; with an idempotency key, return the existing event_id instead."""
+    if opts.check_shard_count:
+        yield from check_shard_count(opts)
+    if row.idempotency_key is not None:
+        key_params = {"scope": opts.scope, "idempotency_key": row.idempotency_key}
+        inserted = yield Step(
+            "idempotency_insert",
+            {
+                **key_params,
+                "body_hash": row.body_hash,
+                "event_id": row.event_id if dialect == "postgres" else str(row.event_id),
+            },
+        )
+        if not inserted:
+            # Another transaction holds the key and has committed (Postgres waited for it).
+            existing = yield Step("idempotency_get", key_params)
+            stored_hash, stored_id = existing[0]
+            if bytes(stored_hash) != row.body_hash:
+                raise IdempotencyConflict(
+                    f"idempotency key {row.idempotency_key!r} was used for event "
+                    f"{stored_id} with a different body",
+                    idempotency_key=row.idempotency_key,
+                    existing_event_id=str(stored_id),
+                )
+            return _db_uuid(stored_id)
+    yield Step("outbox_insert", row_params(row, dialect, opts))
+    return row.event_id
+
+
+def emit_many(rows: Sequence[EventRow], dialect: Dialect, opts: WriteOptions) -> Plan:
+    """Insert many events; one statement unless an event carries an idempotency key."""
+    if not rows:
+        return []
+    if any(r.idempotency_key is not None for r in rows):
+        # Each keyed event may resolve to an existing one; keep the caller's order.
+        results: list[uuid.UUID] = []
+        for i, row in enumerate(rows):
+            one_opts = opts if i == 0 else replace(opts, check_shard_count=False)
+            results.append((yield from emit_one(row, dialect, one_opts)))
+        return results
+    if opts.check_shard_count:
+        yield from check_shard_count(opts)
+    if dialect == "sqlite":
+        yield Step("outbox_insert", [row_params(r, dialect, opts) for r in rows], many=True)
+        return [r.event_id for r in rows]
+    yield Step(
+        "outbox_insert_batch",
+        {
+            "lock_ns": opts.lock_namespace,
+            "lock_keys": [lock_key(r.topic, r.key) for r in rows] if opts.per_key_lock else [],
+            "event_ids": [r.event_id for r in rows],
+            "topics": [r.topic for r in rows],
+            "keys": [r.key for r in rows],
+            "shards": [r.shard for r in rows],
+            "event_types": [r.event_type for r in rows],
+            "payloads": [r.payload for r in rows],
+            "headers": [r.headers_json for r in rows],
+            "available_ats": [r.available_at for r in rows],
+            "delays_s": [r.delay_s for r in rows],
+        },
+    )
+    return [r.event_id for r in rows]

@@ -1,0 +1,53 @@
+"""The registry of named SQL blocks, loaded from producer_lib/sql/<dialect>/*.sql.
+
+Each file holds the queries of one table; a block starts with `-- name: <noun_verb>`.
+No SQL lives in Python code.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from typing import Literal
+
+Dialect = Literal["postgres", "sqlite"]
+DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
+    """Split a .sql file into {name: statement}; comments before a block stay with it."""
+    parts = _NAME.split(text)
+    blocks: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        statement = body.strip().rstrip(";").strip()
+        if name in blocks:
+            raise ValueError(f"{source}: query {name!r} is defined twice")
+        if not statement:
+            raise ValueError(f"{source}: query {name!r} is empty")
+        blocks[name] = statement
+    return blocks
+
+
+@functools.cache
+def queries(dialect: Dialect) -> dict[str, str]:
+    """All named queries of one dialect, from every table's file."""
+    found: dict[str, str] = {}
+    folder = resources.files("producer_lib") / "sql" / dialect
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, statement in parse_blocks(entry.read_text("utf-8"), entry.name).items():
+            if name in found:
+                raise ValueError(f"{dialect}/{entry.name}: query {name!r} is defined twice")
+            found[name] = statement
+    return found
+
+
+def query(dialect: Dialect, name: str) -> str:
+    try:
+        return queries(dialect)[name]
+    except KeyError:
+        raise KeyError(f"no query {name!r} for {dialect}") from None

@@ -1,0 +1,23 @@
+"""Where a key goes: its shard (shared with the relay) and its advisory-lock key."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+MAX_SHARDS = 32767  # shard is a smallint
+
+
+def shard_for(key: str, shard_count: int) -> int:
+    """Stable across processes, machines and Python versions (unlike hash())."""
+    return zlib.crc32(key.encode("utf-8")) % shard_count
+
+
+def lock_key(topic: str, key: str) -> int:
+    """A signed 32-bit key for pg_advisory_xact_lock(namespace, key).
+
+    Two different keys may share a lock key; that only serialises their writers a little
+    more, it never breaks order.
+    """
+    digest = hashlib.blake2b(f"{topic}\x00{key}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)

@@ -1,0 +1,13 @@
+-- Queries on outbox_idempotency, Postgres dialect.
+
+-- name: idempotency_insert
+-- Waits for a concurrent transaction holding the same key, then inserts or does nothing.
+INSERT INTO outbox_idempotency (scope, idempotency_key, body_hash, event_id)
+VALUES (%(scope)s, %(idempotency_key)s, %(body_hash)s, %(event_id)s)
+ON CONFLICT (scope, idempotency_key) DO NOTHING
+RETURNING event_id;
+
+-- name: idempotency_get
+SELECT body_hash, event_id
+FROM outbox_idempotency
+WHERE scope = %(scope)s AND idempotency_key = %(idempotency_key)s;

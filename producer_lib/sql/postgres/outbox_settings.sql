@@ -1,0 +1,8 @@
+-- Queries on outbox_settings, Postgres dialect.
+
+-- name: setting_get
+SELECT value FROM outbox_settings WHERE name = %(name)s;
+
+-- name: setting_put
+INSERT INTO outbox_settings (name, value) VALUES (%(name)s, %(value)s)
+ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
