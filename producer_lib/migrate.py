@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from producer_lib.connect import DatabaseUrl
+from producer_lib.connect import SQLITE_BUSY_TIMEOUT_S, DatabaseUrl
 from producer_lib.drivers import translate
 from producer_lib.errors import ConfigurationError, MigrationError, OutboxError, UnknownMigration
 from producer_lib.outbox import DEFAULT_LOCK_NAMESPACE
@@ -159,6 +160,20 @@ def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationRepo
     return MigrationReport(applied, len(known), count)
 
 
+def _enable_wal(execute: Any) -> None:
+    # Switching the journal mode needs the file to itself, and SQLite reports "locked"
+    # at once rather than waiting in the busy handler, so wait here.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            execute(query("sqlite", "database_wal_enable"), {})
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport:
     known = available("sqlite")
     conn: sqlite3.Connection = db.connect(autocommit=True)
@@ -167,7 +182,7 @@ def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport
         def execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
             return conn.execute(sql, params).fetchall()
 
-        execute(query("sqlite", "database_wal_enable"), {})
+        _enable_wal(execute)
         execute(query("sqlite", "migration_begin"), {})
         try:
             execute(query("sqlite", "migration_table_create"), {})

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support import kafka as kafka_support
 from tests.support import postgres as pg_support
+from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.services import kafka_bootstrap_servers, postgres_admin_url
 
 TopicFactory = Callable[..., Awaitable[str]]
@@ -75,3 +76,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def full_size(request: pytest.FixtureRequest) -> bool:
     """True under --full: long fault-injection runs use their full size."""
     return bool(request.config.getoption("--full"))
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A private, unmigrated database of each kind: the scenario runs once per backend."""
+    if request.param == "postgres":
+        return postgres_backend(request.getfixturevalue("pg_url"))
+    return sqlite_backend(tmp_path / "outbox.sqlite3")
+
+
+@pytest.fixture
+def backend(empty_backend: Backend) -> Backend:
+    """A private database of each kind with every migration applied."""
+    empty_backend.migrate()
+    return empty_backend

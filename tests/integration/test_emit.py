@@ -1,0 +1,300 @@
+"""emit joins the caller's transaction: durable exactly when the business write is.
+
+Every scenario runs on real Postgres and a real SQLite file, through every kind of
+connection emit accepts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from producer_lib import (
+    ConfigurationError,
+    DuplicateEventId,
+    Event,
+    InvalidEvent,
+    InvalidHeader,
+    MigrationError,
+    Outbox,
+    PayloadTooLarge,
+    SerializationError,
+    UnsupportedConnection,
+)
+from producer_lib.sharding import shard_for
+from tests.support.db import Backend
+from tests.support.transactions import (
+    ASYNC_KINDS,
+    SYNC_KINDS,
+    async_tx,
+    insert_order,
+    insert_order_async,
+    sync_tx,
+)
+
+pytestmark = pytest.mark.integration
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture
+def orders(backend: Backend) -> Backend:
+    backend.execute("test_orders_create")
+    return backend
+
+
+def _skip_unsupported(backend: Backend, kind: str) -> None:
+    if kind == "psycopg_async" and backend.dialect != "postgres":
+        pytest.skip("psycopg is Postgres only")
+
+
+def _emit_kwargs(key: str = "order-1", **over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "topic": "orders",
+        "key": key,
+        "event_type": "OrderPlaced",
+        "payload": {"order_id": 1, "total": "12.50"},
+        "headers": {"x-tenant": "acme"},
+    }
+    base.update(over)
+    return base
+
+
+def _check_row(backend: Backend, row: tuple[Any, ...], event_id: uuid.UUID, key: str) -> None:
+    _id, got_id, topic, got_key, shard, event_type, payload, headers, attempts, status, pub, err = (
+        row
+    )
+    assert uuid.UUID(str(got_id)) == event_id
+    assert (topic, got_key, event_type) == ("orders", key, "OrderPlaced")
+    assert shard == shard_for(key, 16)
+    assert json.loads(bytes(payload)) == {"order_id": 1, "total": "12.50"}
+    parsed = headers if isinstance(headers, dict) else json.loads(headers)
+    assert parsed["x-tenant"] == "acme"
+    assert parsed["content-type"] == "application/json"
+    assert (attempts, status, pub, err) == (0, "pending", None, None)
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_commit_leaves_exactly_one_row(orders: Backend, kind: str) -> None:
+    event_id = uuid.uuid4()
+    with sync_tx(orders, kind) as conn:
+        insert_order(orders, conn, 1)
+        got = Outbox().emit(conn, **_emit_kwargs(event_id=event_id))
+    assert got == event_id
+    rows = orders.fetch("outbox_rows")
+    assert len(rows) == 1
+    _check_row(orders, rows[0], event_id, "order-1")
+    assert orders.scalar("test_order_count") == 1
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_rollback_leaves_no_event(orders: Backend, kind: str) -> None:
+    with pytest.raises(Boom), sync_tx(orders, kind) as conn:
+        insert_order(orders, conn, 1)
+        Outbox().emit(conn, **_emit_kwargs())
+        Outbox().emit_batch(conn, [Event("orders", "k2", "OrderPlaced", {})])
+        raise Boom
+    assert orders.scalar("outbox_count") == 0
+    assert orders.scalar("test_order_count") == 0
+
+
+@pytest.mark.parametrize("kind", ASYNC_KINDS)
+async def test_async_commit_and_rollback(orders: Backend, kind: str) -> None:
+    _skip_unsupported(orders, kind)
+    outbox = Outbox()
+    event_id = uuid.uuid4()
+    async with async_tx(orders, kind) as conn:
+        await insert_order_async(orders, conn, 1)
+        assert await outbox.emit_async(conn, **_emit_kwargs(event_id=event_id)) == event_id
+    with pytest.raises(Boom):
+        async with async_tx(orders, kind) as conn:
+            await insert_order_async(orders, conn, 2)
+            await outbox.emit_async(conn, **_emit_kwargs(key="order-2"))
+            await outbox.emit_batch_async(conn, [Event("orders", "k3", "OrderPlaced", {})])
+            raise Boom
+    rows = orders.fetch("outbox_rows")
+    assert len(rows) == 1
+    _check_row(orders, rows[0], event_id, "order-1")
+    assert orders.scalar("test_order_count") == 1
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_batch_keeps_caller_order(orders: Backend, kind: str) -> None:
+    events = [Event("orders", f"k{i % 7}", "OrderPlaced", {"i": i}) for i in range(60)]
+    with sync_tx(orders, kind) as conn:
+        ids = Outbox().emit_batch(conn, events)
+    rows = orders.fetch("outbox_rows")
+    assert [uuid.UUID(str(r[1])) for r in rows] == ids
+    assert [json.loads(bytes(r[6]))["i"] for r in rows] == list(range(60))
+    assert [r[3] for r in rows] == [e.key for e in events]
+
+
+async def test_async_batch_keeps_caller_order(orders: Backend) -> None:
+    events = [Event("orders", f"k{i % 5}", "OrderPlaced", {"i": i}) for i in range(40)]
+    async with async_tx(orders, "sa_async_session") as conn:
+        ids = await Outbox().emit_batch_async(conn, events)
+    assert [uuid.UUID(str(r[1])) for r in orders.fetch("outbox_rows")] == ids
+
+
+BAD_INPUTS: list[tuple[str, dict[str, Any], type[InvalidEvent]]] = [
+    ("unserializable", {"payload": object()}, SerializationError),
+    ("nan", {"payload": {"x": float("nan")}}, SerializationError),
+    ("oversize", {"payload": {"blob": "x" * 5000}}, PayloadTooLarge),
+    ("reserved-header", {"headers": {"event_id": "x"}}, InvalidHeader),
+    ("header-space", {"headers": {"bad name": "x"}}, InvalidHeader),
+    ("header-not-str", {"headers": {"n": 1}}, InvalidHeader),
+    ("empty-topic", {"topic": ""}, InvalidEvent),
+    ("bad-topic", {"topic": "orders/eu"}, InvalidEvent),
+    ("empty-key", {"key": "  "}, InvalidEvent),
+    ("key-not-str", {"key": 42}, InvalidEvent),
+    ("empty-event-type", {"event_type": ""}, InvalidEvent),
+    ("bad-event-id", {"event_id": "not-a-uuid"}, InvalidEvent),
+    ("naive-deliver-after", {"deliver_after": dt.datetime(2030, 1, 1)}, InvalidEvent),
+    ("negative-delay", {"deliver_after": dt.timedelta(seconds=-1)}, InvalidEvent),
+    ("empty-idempotency-key", {"idempotency_key": ""}, InvalidEvent),
+]
+
+
+@pytest.mark.parametrize(("case", "override", "error"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_raises_before_any_write(
+    orders: Backend, case: str, override: dict[str, Any], error: type[InvalidEvent]
+) -> None:
+    outbox = Outbox(max_event_bytes=4096)
+    with sync_tx(orders, "driver") as conn:
+        insert_order(orders, conn, 1)
+        with pytest.raises(error) as info:
+            outbox.emit(conn, **_emit_kwargs(**override))
+        with pytest.raises(error):
+            outbox.emit_batch(
+                conn, [Event("orders", "ok", "E", {}), Event(**_emit_kwargs(**override))]
+            )
+    # The error came before any SQL: the caller's transaction stayed usable and committed.
+    assert orders.scalar("test_order_count") == 1
+    assert orders.scalar("outbox_count") == 0
+    assert type(info.value) is error
+    assert str(info.value)
+
+
+def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> None:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from producer_lib import NoTransaction
+
+    outbox = Outbox()
+    if orders.dialect == "postgres":
+        with psycopg.connect(orders.target, autocommit=True) as conn, pytest.raises(NoTransaction):
+            outbox.emit(conn, **_emit_kwargs())
+    else:
+        import sqlite3
+
+        conn3 = sqlite3.connect(orders.target, isolation_level=None)
+        with pytest.raises(NoTransaction):
+            outbox.emit(conn3, **_emit_kwargs())
+        conn3.close()
+    engine = create_engine(orders.sqlalchemy_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as sa_conn, pytest.raises(NoTransaction):
+        outbox.emit(sa_conn, **_emit_kwargs())
+    with (
+        Session(engine.execution_options(isolation_level="AUTOCOMMIT")) as s,
+        pytest.raises(NoTransaction),
+    ):
+        outbox.emit(s, **_emit_kwargs())
+    plain = create_engine(orders.sqlalchemy_url)
+    with Session(plain, autobegin=False) as s, pytest.raises(NoTransaction):
+        outbox.emit(s, **_emit_kwargs())
+    engine.dispose()
+    plain.dispose()
+    assert orders.scalar("outbox_count") == 0
+
+
+async def test_async_no_transaction_is_refused(orders: Backend) -> None:
+    from producer_lib import NoTransaction
+
+    if orders.dialect != "postgres":
+        pytest.skip("psycopg is Postgres only")
+    conn = await psycopg.AsyncConnection.connect(orders.target, autocommit=True)
+    try:
+        with pytest.raises(NoTransaction):
+            await Outbox().emit_async(conn, **_emit_kwargs())
+    finally:
+        await conn.close()
+    assert orders.scalar("outbox_count") == 0
+
+
+def test_unsupported_connections_are_refused(orders: Backend) -> None:
+    outbox = Outbox()
+    with pytest.raises(UnsupportedConnection):
+        outbox.emit(object(), **_emit_kwargs())
+    with pytest.raises(UnsupportedConnection):
+        outbox.emit("postgresql://x", **_emit_kwargs())
+
+
+async def test_sync_connection_given_to_emit_async_is_refused(orders: Backend) -> None:
+    conn = orders.connect()
+    try:
+        with pytest.raises(UnsupportedConnection):
+            await Outbox().emit_async(conn, **_emit_kwargs())
+    finally:
+        conn.close()
+
+
+def test_deliver_after_uses_the_database_clock(orders: Backend) -> None:
+    at = dt.datetime(2031, 5, 6, 7, 8, 9, 500000, tzinfo=dt.UTC)
+    with sync_tx(orders, "driver") as conn:
+        outbox = Outbox()
+        outbox.emit(conn, **_emit_kwargs(key="a", deliver_after=dt.timedelta(seconds=90)))
+        outbox.emit(conn, **_emit_kwargs(key="b", deliver_after=at))
+    rows = orders.fetch("outbox_delays")
+    delay_a, available_b = rows[0][1], rows[1][2]
+    assert abs(float(delay_a) - 90.0) < 0.01
+    parsed = available_b if isinstance(available_b, dt.datetime) else _sqlite_ts(available_b)
+    assert parsed == at
+
+
+def _sqlite_ts(text: str) -> dt.datetime:
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+
+
+def test_duplicate_event_id_is_a_typed_error(orders: Backend) -> None:
+    event_id = uuid.uuid4()
+    with sync_tx(orders, "driver") as conn:
+        Outbox().emit(conn, **_emit_kwargs(event_id=event_id))
+    with pytest.raises(DuplicateEventId), sync_tx(orders, "driver") as conn:
+        Outbox().emit(conn, **_emit_kwargs(event_id=event_id))
+    assert orders.scalar("outbox_count") == 1
+
+
+def test_shard_count_must_match_the_database(orders: Backend) -> None:
+    with pytest.raises(ConfigurationError, match="shard_count"), sync_tx(orders, "driver") as conn:
+        Outbox(shard_count=8).emit(conn, **_emit_kwargs())
+    assert orders.scalar("outbox_count") == 0
+
+
+def test_missing_tables_say_run_migrate(empty_backend: Backend) -> None:
+    with pytest.raises(MigrationError, match="migrate"), sync_tx(empty_backend, "driver") as conn:
+        Outbox().emit(conn, **_emit_kwargs())
+
+
+def test_trace_context_travels_in_headers(orders: Backend) -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    ctx = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    with sync_tx(orders, "driver") as conn, trace.use_span(NonRecordingSpan(ctx)):
+        Outbox().emit(conn, **_emit_kwargs())
+    headers = orders.fetch("outbox_rows")[0][7]
+    parsed = headers if isinstance(headers, dict) else json.loads(headers)
+    assert parsed["traceparent"] == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

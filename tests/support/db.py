@@ -1,0 +1,83 @@
+"""One Backend object per database kind, so a scenario is written once and runs on each."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from producer_lib.migrate import migrate
+from producer_lib.queries import Dialect, parse_blocks
+
+_SQL = Path(__file__).parent / "sql"
+
+
+def _load(name: str) -> dict[str, str]:
+    return parse_blocks((_SQL / name).read_text(), name)
+
+
+COMMON = _load("inspect.sql")
+DIALECT_SQL: dict[Dialect, dict[str, str]] = {
+    "postgres": _load("postgres_inspect.sql"),
+    "sqlite": _load("sqlite_inspect.sql"),
+}
+
+
+@dataclass(frozen=True)
+class Backend:
+    dialect: Dialect
+    url: str  # a producer_lib database URL
+    target: str  # what the drivers connect to: libpq URL or file path
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.dialect == "postgres":
+            return self.target.replace("postgresql://", "postgresql+psycopg://", 1)
+        return f"sqlite:///{self.target}"
+
+    @property
+    def async_sqlalchemy_url(self) -> str:
+        return self.sqlalchemy_url
+
+    def connect(self) -> Any:
+        """A plain driver connection, not in autocommit: its first statement begins."""
+        if self.dialect == "postgres":
+            return psycopg.connect(self.target)
+        return sqlite3.connect(self.target, timeout=30)
+
+    def sql(self, name: str) -> str:
+        return DIALECT_SQL[self.dialect].get(name) or COMMON[name]
+
+    def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        conn = self.connect()
+        try:
+            rows = conn.execute(self.sql(name), params or {}).fetchall()
+            conn.commit()
+            return [tuple(r) for r in rows]
+        finally:
+            conn.close()
+
+    def execute(self, name: str, params: dict[str, Any] | None = None) -> None:
+        conn = self.connect()
+        try:
+            conn.execute(self.sql(name), params or {})
+            conn.commit()
+        finally:
+            conn.close()
+
+    def scalar(self, name: str) -> Any:
+        return self.fetch(name)[0][0]
+
+    def migrate(self, **kw: Any) -> None:
+        migrate(self.url, **kw)
+
+
+def postgres_backend(libpq_url: str) -> Backend:
+    return Backend("postgres", libpq_url, libpq_url)
+
+
+def sqlite_backend(path: Path) -> Backend:
+    return Backend("sqlite", f"sqlite:///{path}", str(path))

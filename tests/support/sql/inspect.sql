@@ -1,0 +1,22 @@
+-- Read-back queries the tests use to check what was written. Valid in both dialects.
+
+-- name: outbox_rows
+SELECT id, event_id, topic, key, shard, event_type, payload, headers, attempts, status,
+       published_at, last_error
+FROM outbox_events ORDER BY id;
+
+-- name: outbox_count
+SELECT count(*) FROM outbox_events;
+
+-- name: idempotency_count
+SELECT count(*) FROM outbox_idempotency;
+
+-- name: migrations_applied
+SELECT version, name FROM outbox_schema_migrations ORDER BY version;
+
+-- name: test_orders_create
+CREATE TABLE test_orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL);
+
+-- name: test_order_count
+SELECT count(*) FROM test_orders;
+

@@ -1,0 +1,130 @@
+"""Validation and serialization, without a database (the same code runs before every emit)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import json
+import uuid
+
+import pydantic
+import pytest
+
+from producer_lib import (
+    ConfigurationError,
+    Event,
+    InvalidHeader,
+    Outbox,
+    PayloadTooLarge,
+    SerializationError,
+    Serialized,
+)
+from producer_lib.sharding import lock_key, shard_for
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Line:
+    sku: str
+    qty: int
+
+
+class Order(pydantic.BaseModel):
+    id: uuid.UUID
+    placed: dt.datetime
+    total: decimal.Decimal
+    lines: list[Line]
+    color: Color
+
+
+def test_json_handles_models_dataclasses_and_scalars() -> None:
+    order = Order(
+        id=uuid.UUID(int=1),
+        placed=dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        total=decimal.Decimal("9.99"),
+        lines=[Line("a", 2)],
+        color=Color.RED,
+    )
+    row = Outbox().prepare(Event("orders", "1", "OrderPlaced", order))
+    assert json.loads(row.payload) == {
+        "id": "00000000-0000-0000-0000-000000000001",
+        "placed": "2026-01-02T03:04:05Z",
+        "total": "9.99",
+        "lines": [{"sku": "a", "qty": 2}],
+        "color": "red",
+    }
+    assert row.headers["content-type"] == "application/json"
+    plain = Outbox().prepare(
+        Event("orders", "1", "E", {"at": dt.date(2026, 1, 2), "l": Line("b", 1)})
+    )
+    assert json.loads(plain.payload) == {"at": "2026-01-02", "l": {"sku": "b", "qty": 1}}
+
+
+def test_bytes_pass_through() -> None:
+    row = Outbox().prepare(Event("orders", "1", "E", b"\x00\xffraw"))
+    assert row.payload == b"\x00\xffraw"
+    assert row.headers["content-type"] == "application/octet-stream"
+
+
+def test_pluggable_serializer() -> None:
+    def upper(payload: object) -> Serialized:
+        return Serialized(str(payload).upper().encode(), "text/plain")
+
+    row = Outbox(serializer=upper).prepare(Event("orders", "1", "E", "hello"))
+    assert (row.payload, row.headers["content-type"]) == (b"HELLO", "text/plain")
+
+
+def test_serializer_failures_become_serialization_error() -> None:
+    def broken(payload: object) -> Serialized:
+        raise RuntimeError("nope")
+
+    with pytest.raises(SerializationError, match="nope"):
+        Outbox(serializer=broken).prepare(Event("orders", "1", "E", {}))
+    with pytest.raises(SerializationError, match="not Serialized"):
+        Outbox(serializer=lambda p: b"x").prepare(Event("orders", "1", "E", {}))  # type: ignore[arg-type]
+
+
+def test_size_limit_counts_payload_and_headers() -> None:
+    outbox = Outbox(max_event_bytes=2048)
+    outbox.prepare(Event("orders", "1", "E", {"x": "a" * 1500}))
+    with pytest.raises(PayloadTooLarge) as info:
+        outbox.prepare(Event("orders", "1", "E", {"x": "a" * 1500}, headers={"h": "b" * 600}))
+    assert info.value.limit == 2048
+    assert info.value.size > 2048
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"traceparent": "x"}, {"Content-Type": "x"}, {"outbox-internal": "x"}, {"": "x"}, {"a": b"x"}],
+)
+def test_bad_headers(headers: dict[str, object]) -> None:
+    with pytest.raises(InvalidHeader):
+        Outbox().prepare(Event("orders", "1", "E", {}, headers=headers))  # type: ignore[arg-type]
+
+
+def test_sharding_is_stable_and_in_range() -> None:
+    # Fixed values: producers in other processes and the relay must compute the same.
+    assert shard_for("order-42", 16) == shard_for("order-42", 16)
+    assert [shard_for(f"k{i}", 16) for i in range(5)] == [shard_for(f"k{i}", 16) for i in range(5)]
+    assert all(0 <= shard_for(f"k{i}", 7) < 7 for i in range(1000))
+    assert shard_for("abc", 16) == 0x352441C2 % 16  # crc32("abc")
+    assert -(2**31) <= lock_key("orders", "k") < 2**31
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"shard_count": 0},
+        {"shard_count": 40000},
+        {"max_event_bytes": 10},
+        {"idempotency_scope": ""},
+    ],
+)
+def test_bad_settings(settings: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        Outbox(**settings)  # type: ignore[arg-type]

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from producer_lib.queries import DIALECTS, Dialect, parse_blocks, queries, query
+
+# Queries every dialect must provide; Postgres-only extras (batch insert, advisory locks)
+# are listed apart so a missing SQLite twin is a decision, not an accident.
+SHARED = {
+    "outbox_insert",
+    "outbox_count_unpublished",
+    "idempotency_insert",
+    "idempotency_get",
+    "setting_get",
+    "setting_put",
+    "migration_table_create",
+    "migration_list",
+    "migration_record",
+}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_every_dialect_has_the_shared_queries(dialect: Dialect) -> None:
+    assert set(queries(dialect)) >= SHARED
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_names_are_noun_verb(dialect: Dialect) -> None:
+    for name in queries(dialect):
+        assert re.fullmatch(r"[a-z]+(_[a-z]+)+", name), name
+
+
+def test_parse_blocks_keeps_comments_and_strips_semicolon() -> None:
+    blocks = parse_blocks(
+        "-- file header\n\n-- name: a_get\n-- why\nSELECT 1;\n\n-- name: b_put\nSELECT 2;\n"
+    )
+    assert blocks == {"a_get": "-- why\nSELECT 1", "b_put": "SELECT 2"}
+
+
+def test_parse_blocks_refuses_duplicates_and_empty() -> None:
+    with pytest.raises(ValueError, match="twice"):
+        parse_blocks("-- name: a_get\nSELECT 1;\n-- name: a_get\nSELECT 2;\n")
+    with pytest.raises(ValueError, match="empty"):
+        parse_blocks("-- name: a_get\n\n")
+
+
+def test_unknown_query_names_the_dialect() -> None:
+    with pytest.raises(KeyError, match="sqlite"):
+        query("sqlite", "outbox_insert_batch")
