@@ -183,7 +183,7 @@ def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport
             return conn.execute(sql, params).fetchall()
 
         _enable_wal(execute)
-        execute(query("sqlite", "migration_begin"), {})
+        execute(query("sqlite", "database_begin_immediate"), {})
         try:
             execute(query("sqlite", "migration_table_create"), {})
             done = _check_known(execute(query("sqlite", "migration_list"), {}), known)
@@ -199,10 +199,10 @@ def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport
                 )
                 applied.append(mig.version)
             count = _apply_shard_count(execute, "sqlite", shard_count)
-            execute(query("sqlite", "migration_commit"), {})
+            execute(query("sqlite", "database_commit"), {})
         except BaseException:
             if conn.in_transaction:
-                execute(query("sqlite", "migration_rollback"), {})
+                execute(query("sqlite", "database_rollback"), {})
             raise
     finally:
         conn.close()

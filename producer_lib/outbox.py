@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -20,6 +21,7 @@ DEFAULT_SHARD_COUNT = 16
 DEFAULT_MAX_EVENT_BYTES = 1_000_000
 # First half of pg_advisory_xact_lock(int, int): keeps our locks apart from the app's.
 DEFAULT_LOCK_NAMESPACE = 0x0B0C
+_CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 class EventEmitter(Protocol):
@@ -65,6 +67,9 @@ class Outbox:
     per_key_lock (Postgres) makes events of one (topic, key) commit in id order by taking
     a transaction-scoped advisory lock at emit: writers of the same key queue behind each
     other until commit. Turn it off only when one writer per key is guaranteed otherwise.
+    notify_channel (Postgres) adds a NOTIFY hint for relays run with listen_notify: one
+    per transaction and shard, folded by Postgres. It is off by default: NOTIFY takes a
+    global lock at commit, which costs throughput under many concurrent writers.
     """
 
     def __init__(
@@ -76,6 +81,7 @@ class Outbox:
         per_key_lock: bool = True,
         idempotency_scope: str = "default",
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+        notify_channel: str | None = None,
     ) -> None:
         if not isinstance(shard_count, int) or not 1 <= shard_count <= MAX_SHARDS:
             raise ConfigurationError(f"shard_count must be an int in 1..{MAX_SHARDS}")
@@ -85,6 +91,8 @@ class Outbox:
             raise ConfigurationError("idempotency_scope must be a non-empty str")
         if not -(2**31) <= lock_namespace < 2**31:
             raise ConfigurationError("lock_namespace must fit a signed 32-bit int")
+        if notify_channel is not None and not _CHANNEL.match(notify_channel):
+            raise ConfigurationError("notify_channel must be a lowercase SQL identifier")
         self.shard_count = shard_count
         self.serializer: Serializer = serializer or JsonSerializer()
         self.max_event_bytes = max_event_bytes
@@ -94,6 +102,7 @@ class Outbox:
             lock_namespace=lock_namespace,
             shard_count=shard_count,
             check_shard_count=True,
+            notify_channel=notify_channel,
         )
 
     def prepare(self, event: Event) -> EventRow:

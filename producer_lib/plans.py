@@ -38,6 +38,7 @@ class WriteOptions:
     lock_namespace: int
     shard_count: int
     check_shard_count: bool
+    notify_channel: str | None = None
 
 
 def _sqlite_time(value: dt.datetime | None) -> str | None:
@@ -60,6 +61,7 @@ def row_params(row: EventRow, dialect: Dialect, opts: WriteOptions) -> dict[str,
             "delay_s": row.delay_s,
             "lock_ns": opts.lock_namespace,
             "lock_key": lock_key(row.topic, row.key) if opts.per_key_lock else None,
+            "notify_channel": opts.notify_channel,
         }
     return {
         "event_id": str(row.event_id),
@@ -152,6 +154,7 @@ def emit_many(rows: Sequence[EventRow], dialect: Dialect, opts: WriteOptions) ->
             "headers": [r.headers_json for r in rows],
             "available_ats": [r.available_at for r in rows],
             "delays_s": [r.delay_s for r in rows],
+            "notify_channel": opts.notify_channel,
         },
     )
     return [r.event_id for r in rows]

@@ -71,6 +71,14 @@ Index(
     postgresql_where=outbox_events.c.published_at.is_not(None),
 )
 
+Index(
+    "outbox_events_key_idx",
+    outbox_events.c.shard,
+    outbox_events.c.key,
+    outbox_events.c.id,
+    postgresql_where=outbox_events.c.published_at.is_(None),
+)
+
 outbox_idempotency = Table(
     "outbox_idempotency",
     metadata,
@@ -90,6 +98,14 @@ outbox_relay_leases = Table(
     Column("owner", Text),
     Column("token", BigInteger, nullable=False, server_default=text("0")),
     Column("lease_until", _tz, nullable=False, server_default=text("'-infinity'")),
+)
+
+outbox_relay_replicas = Table(
+    "outbox_relay_replicas",
+    metadata,
+    Column("owner", Text, primary_key=True),
+    Column("started_at", _tz, nullable=False, server_default=text("now()")),
+    Column("seen_until", _tz, nullable=False),
 )
 
 processed_events = Table(

@@ -7,13 +7,19 @@ Exit codes: 0 success, 1 the operation failed (database error, refused migration
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from producer_lib.connect import DatabaseUrl
 from producer_lib.errors import ConfigurationError, OutboxError
 from producer_lib.migrate import migrate
+from relay.config import RelaySettings, field_help, load_settings
+from relay.errors import RelayConfigError, RelayError, StartupRefused
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -62,7 +68,58 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="set the shard count producers and relays share (only while nothing is pending)",
     )
+    run = commands.add_parser(
+        "run",
+        help="publish pending events to Kafka until SIGTERM",
+        description="Run the relay. Every flag can also be set by the environment variable "
+        "shown; flags win. Secrets (the database URL) are never printed.",
+    )
+    for flag, env, text, default in field_help():
+        name = flag[2:].replace("-", "_")
+        kind = RelaySettings.model_fields[name].annotation
+        help_text = f"{text} [env {env}; default {default}]"
+        if kind is bool:
+            run.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        else:
+            run.add_argument(flag, dest=name, default=None, metavar="VALUE", help=help_text)
     return parser
+
+
+def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for name, info in RelaySettings.model_fields.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if info.annotation is not str and isinstance(value, str) and value.startswith("{"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise RelayConfigError(
+                    f"--{name.replace('_', '-')}: not valid JSON: {exc}"
+                ) from None
+        overrides[name] = value
+    return overrides
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from relay import logs
+    from relay.service import RelayService
+
+    settings = load_settings(**_run_overrides(args))
+    logs.configure(settings.log_level, settings.log_json)
+
+    async def main() -> None:
+        service = RelayService(settings)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, service.stop)
+        await service.run()
+
+    asyncio.run(main())
+    return EXIT_OK
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -82,11 +139,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return _cmd_migrate(args)
-    except ConfigurationError as exc:
+        return _cmd_run(args) if args.command == "run" else _cmd_migrate(args)
+    except (ConfigurationError, RelayConfigError) as exc:
         print(f"outbox-relay: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except OutboxError as exc:
+    except StartupRefused as exc:
+        print(f"outbox-relay: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OutboxError, RelayError) as exc:
         print(f"outbox-relay: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
 

@@ -37,6 +37,10 @@ CREATE INDEX outbox_events_unpublished_idx ON outbox_events (shard, id)
     WHERE published_at IS NULL;
 CREATE INDEX outbox_events_published_idx ON outbox_events (published_at)
     WHERE published_at IS NOT NULL;
+-- Under the block_key policy a claim asks "is an earlier row of this key parked or
+-- backing off?"; this index answers it without scanning the shard.
+CREATE INDEX outbox_events_key_idx ON outbox_events (shard, key, id)
+    WHERE published_at IS NULL;
 
 CREATE TABLE outbox_idempotency (
     scope text NOT NULL,
@@ -53,6 +57,13 @@ CREATE TABLE outbox_relay_leases (
     owner text,
     token bigint NOT NULL DEFAULT 0,
     lease_until timestamptz NOT NULL DEFAULT '-infinity'
+);
+
+-- Live relay replicas: each heartbeats its row; shards are split among the live ones.
+CREATE TABLE outbox_relay_replicas (
+    owner text PRIMARY KEY,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    seen_until timestamptz NOT NULL
 );
 
 CREATE TABLE processed_events (

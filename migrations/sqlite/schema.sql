@@ -29,6 +29,8 @@ CREATE INDEX outbox_events_unpublished_idx ON outbox_events (shard, id)
     WHERE published_at IS NULL;
 CREATE INDEX outbox_events_published_idx ON outbox_events (published_at)
     WHERE published_at IS NOT NULL;
+CREATE INDEX outbox_events_key_idx ON outbox_events (shard, key, id)
+    WHERE published_at IS NULL;
 
 CREATE TABLE outbox_idempotency (
     scope TEXT NOT NULL,
@@ -45,6 +47,12 @@ CREATE TABLE outbox_relay_leases (
     owner TEXT,
     token INTEGER NOT NULL DEFAULT 0,
     lease_until TEXT NOT NULL DEFAULT ''
+);
+
+CREATE TABLE outbox_relay_replicas (
+    owner TEXT PRIMARY KEY,
+    started_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    seen_until TEXT NOT NULL
 );
 
 CREATE TABLE processed_events (

@@ -4,11 +4,17 @@
 -- One event. lock_key NULL skips the per-key lock: pg_advisory_xact_lock is strict, so
 -- a NULL argument returns NULL without locking. The lock is taken in the FROM subquery,
 -- before the row's identity value is drawn, so ids of one key follow commit order.
+-- notify_channel NULL sends no hint; otherwise Postgres folds the identical
+-- (channel, shard) notifications of one transaction into one, delivered at commit.
 INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at)
 SELECT %(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s,
        %(headers)s::jsonb,
        COALESCE(%(available_at)s::timestamptz, now() + %(delay_s)s * interval '1 second')
-FROM (SELECT pg_advisory_xact_lock(%(lock_ns)s::int, %(lock_key)s::int)) AS per_key_lock;
+FROM (
+    SELECT pg_advisory_xact_lock(%(lock_ns)s::int, %(lock_key)s::int),
+           (SELECT count(pg_notify(ch, %(shard)s::text))
+            FROM (SELECT %(notify_channel)s::text AS ch) AS c WHERE ch IS NOT NULL)
+) AS per_key_lock;
 
 -- name: outbox_insert_batch
 -- Many events in one round trip. Locks are taken first, in sorted order so that two
@@ -21,6 +27,12 @@ FROM (
     SELECT count(pg_advisory_xact_lock(%(lock_ns)s::int, k)) AS locked
     FROM (SELECT DISTINCT unnest(%(lock_keys)s::int[]) AS k ORDER BY 1) AS keys
 ) AS per_key_locks,
+(
+    SELECT count(pg_notify(ch, s::text)) AS hinted
+    FROM (SELECT DISTINCT unnest(%(shards)s::smallint[]) AS s) AS shards,
+         (SELECT %(notify_channel)s::text AS ch) AS c
+    WHERE ch IS NOT NULL
+) AS hints,
 unnest(
     %(event_ids)s::uuid[], %(topics)s::text[], %(keys)s::text[], %(shards)s::smallint[],
     %(event_types)s::text[], %(payloads)s::bytea[], %(headers)s::text[],
@@ -31,3 +43,107 @@ ORDER BY e.ord;
 
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
+
+-- name: outbox_claim_batch
+-- The next rows of one shard in id order (status-based: never an id cursor, which
+-- would skip rows whose transactions commit out of id order). block_key policy: a row
+-- waits while an earlier row of its key is parked or backing off after a failure.
+-- Delayed rows (attempts = 0) do not block their key. Payload and headers are passed
+-- through as bytes and text; the relay never decodes them.
+SELECT e.id, e.event_id::text, e.topic, e.key, e.event_type, e.payload, e.headers::text,
+       e.attempts, extract(epoch FROM e.created_at)::float8
+FROM outbox_events e
+WHERE e.shard = %(shard)s
+  AND e.published_at IS NULL
+  AND e.status = 'pending'
+  AND e.available_at <= now()
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_events b
+      WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+        AND b.published_at IS NULL
+        AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
+  )
+ORDER BY e.id
+LIMIT %(limit)s;
+
+-- name: outbox_claim_batch_skip
+-- skip policy: failed and parked rows hold nothing back.
+SELECT e.id, e.event_id::text, e.topic, e.key, e.event_type, e.payload, e.headers::text,
+       e.attempts, extract(epoch FROM e.created_at)::float8
+FROM outbox_events e
+WHERE e.shard = %(shard)s
+  AND e.published_at IS NULL
+  AND e.status = 'pending'
+  AND e.available_at <= now()
+ORDER BY e.id
+LIMIT %(limit)s;
+
+-- name: outbox_settle_delete
+-- One statement settles a batch: acked rows are deleted, failed rows get their attempt,
+-- error and next time (or are parked). The lease row is locked FOR SHARE and must still
+-- carry our token: a takeover (which updates that row) either committed first, and we
+-- change nothing, or waits for us to commit. Returns (lease_held, settled, failed).
+WITH lease AS (
+    SELECT shard FROM outbox_relay_leases
+    WHERE shard = %(shard)s AND owner = %(owner)s AND token = %(token)s
+    FOR SHARE
+),
+done AS (
+    DELETE FROM outbox_events e USING lease
+    WHERE e.shard = lease.shard AND e.id = ANY(%(published_ids)s::bigint[])
+    RETURNING 1
+),
+failed AS (
+    UPDATE outbox_events e
+    SET attempts = e.attempts + 1,
+        last_error = f.error,
+        available_at = now() + f.delay_s * interval '1 second',
+        status = CASE WHEN f.park THEN 'parked' ELSE 'pending' END
+    FROM lease,
+         unnest(%(failed_ids)s::bigint[], %(errors)s::text[], %(delays_s)s::float8[],
+                %(parks)s::bool[]) AS f(id, error, delay_s, park)
+    WHERE e.shard = lease.shard AND e.id = f.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
+
+-- name: outbox_settle_keep
+-- As outbox_settle_delete, but acked rows stay, marked published, until retention.
+WITH lease AS (
+    SELECT shard FROM outbox_relay_leases
+    WHERE shard = %(shard)s AND owner = %(owner)s AND token = %(token)s
+    FOR SHARE
+),
+done AS (
+    UPDATE outbox_events e SET published_at = now()
+    FROM lease
+    WHERE e.shard = lease.shard AND e.id = ANY(%(published_ids)s::bigint[])
+    RETURNING 1
+),
+failed AS (
+    UPDATE outbox_events e
+    SET attempts = e.attempts + 1,
+        last_error = f.error,
+        available_at = now() + f.delay_s * interval '1 second',
+        status = CASE WHEN f.park THEN 'parked' ELSE 'pending' END
+    FROM lease,
+         unnest(%(failed_ids)s::bigint[], %(errors)s::text[], %(delays_s)s::float8[],
+                %(parks)s::bool[]) AS f(id, error, delay_s, park)
+    WHERE e.shard = lease.shard AND e.id = f.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
+
+-- name: outbox_purge_published
+-- Retention: removes a small batch of rows published before the cutoff; run repeatedly.
+DELETE FROM outbox_events
+WHERE id IN (
+    SELECT id FROM outbox_events
+    WHERE published_at IS NOT NULL
+      AND published_at < now() - %(retention_s)s * interval '1 second'
+    ORDER BY published_at
+    LIMIT %(limit)s
+);
+
+-- name: outbox_shard_max
+SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;

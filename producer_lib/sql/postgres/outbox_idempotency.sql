@@ -11,3 +11,11 @@ RETURNING event_id;
 SELECT body_hash, event_id
 FROM outbox_idempotency
 WHERE scope = %(scope)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: idempotency_purge
+DELETE FROM outbox_idempotency
+WHERE (scope, idempotency_key) IN (
+    SELECT scope, idempotency_key FROM outbox_idempotency
+    WHERE created_at < now() - %(retention_s)s * interval '1 second'
+    LIMIT %(limit)s
+);

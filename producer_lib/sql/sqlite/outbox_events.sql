@@ -9,3 +9,62 @@ VALUES (:event_id, :topic, :key, :shard, :event_type, :payload, :headers,
 
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
+
+-- name: outbox_claim_batch
+-- See the Postgres twin for the rules (status-based, block_key policy, no decoding).
+SELECT e.id, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+FROM outbox_events e
+WHERE e.shard = :shard
+  AND e.published_at IS NULL
+  AND e.status = 'pending'
+  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_events b
+      WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+        AND b.published_at IS NULL
+        AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
+  )
+ORDER BY e.id
+LIMIT :limit;
+
+-- name: outbox_claim_batch_skip
+SELECT e.id, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+FROM outbox_events e
+WHERE e.shard = :shard
+  AND e.published_at IS NULL
+  AND e.status = 'pending'
+  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+ORDER BY e.id
+LIMIT :limit;
+
+-- name: outbox_delete_published
+-- Runs inside database_begin_immediate after lease_check: the write lock is the fence.
+DELETE FROM outbox_events
+WHERE shard = :shard AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: outbox_mark_published
+UPDATE outbox_events SET published_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE shard = :shard AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: outbox_record_failure
+UPDATE outbox_events
+SET attempts = attempts + 1,
+    last_error = :error,
+    available_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :delay_s || ' seconds'),
+    status = CASE WHEN :park THEN 'parked' ELSE 'pending' END
+WHERE shard = :shard AND id = :id;
+
+-- name: outbox_purge_published
+DELETE FROM outbox_events
+WHERE id IN (
+    SELECT id FROM outbox_events
+    WHERE published_at IS NOT NULL
+      AND published_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :retention_s || ' seconds')
+    ORDER BY published_at
+    LIMIT :limit
+);
+
+-- name: outbox_shard_max
+SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;

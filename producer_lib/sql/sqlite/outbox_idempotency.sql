@@ -10,3 +10,11 @@ RETURNING event_id;
 SELECT body_hash, event_id
 FROM outbox_idempotency
 WHERE scope = :scope AND idempotency_key = :idempotency_key;
+
+-- name: idempotency_purge
+DELETE FROM outbox_idempotency
+WHERE rowid IN (
+    SELECT rowid FROM outbox_idempotency
+    WHERE created_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :retention_s || ' seconds')
+    LIMIT :limit
+);

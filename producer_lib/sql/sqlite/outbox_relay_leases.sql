@@ -1,0 +1,35 @@
+-- Shard leases with fencing tokens, SQLite dialect (database clock; '' = released).
+
+-- name: lease_acquire
+INSERT INTO outbox_relay_leases (shard, owner, token, lease_until)
+VALUES (:shard, :owner, 1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :ttl_s || ' seconds'))
+ON CONFLICT (shard) DO UPDATE
+SET owner = excluded.owner,
+    token = outbox_relay_leases.token + 1,
+    lease_until = excluded.lease_until
+WHERE outbox_relay_leases.owner IS NULL
+   OR outbox_relay_leases.lease_until < strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+RETURNING token;
+
+-- name: lease_renew
+-- held: a JSON array of [shard, token] pairs.
+UPDATE outbox_relay_leases
+SET lease_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :ttl_s || ' seconds')
+WHERE owner = :owner
+  AND lease_until >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+  AND (shard, token) IN (
+      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:held)
+  )
+RETURNING shard;
+
+-- name: lease_release
+UPDATE outbox_relay_leases
+SET owner = NULL, lease_until = ''
+WHERE shard = :shard AND owner = :owner AND token = :token;
+
+-- name: lease_check
+SELECT count(*) FROM outbox_relay_leases
+WHERE shard = :shard AND owner = :owner AND token = :token;
+
+-- name: lease_list
+SELECT shard, owner, token, lease_until > strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM outbox_relay_leases ORDER BY shard;

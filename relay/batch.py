@@ -1,0 +1,156 @@
+"""One relay step on one shard: claim a batch, publish it, settle it. No loop, no sleep.
+
+`publish_batch` returns what it did; the shard worker (service.py) decides when to call
+it again. It writes nothing unless it still holds the shard's token (fenced settle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+
+from relay.config import RelaySettings
+from relay.errors import PublishFailed
+from relay.publisher import OutgoingRecord, Publisher, classify
+from relay.store import ClaimedRow, Failure, Store
+
+log = logging.getLogger("relay.batch")
+
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    shard: int
+    claimed: int
+    published: int = 0
+    retried: int = 0
+    parked: int = 0
+    held_back: int = 0  # rows not sent because an earlier row of their key failed
+    fatal_producer_error: bool = False
+    full: bool = False  # as many rows as asked for: more are probably waiting
+    latencies_s: list[float] = field(default_factory=list, repr=False)
+
+
+@dataclass(frozen=True)
+class KafkaUnavailable(Exception):
+    """Every send of the batch failed with a transport error: nothing was settled."""
+
+    error: PublishFailed
+
+
+@functools.lru_cache(maxsize=1024)
+def _headers(headers_json: str) -> tuple[tuple[str, bytes], ...]:
+    # Rows of one producer usually carry the same few header sets: parse each once.
+    parsed = json.loads(headers_json)
+    return tuple((str(k), str(v).encode()) for k, v in parsed.items())
+
+
+def to_record(row: ClaimedRow, settings: RelaySettings) -> OutgoingRecord:
+    return OutgoingRecord(
+        topic=settings.kafka_topic(row.topic),
+        key=row.key.encode(),
+        value=row.payload,
+        headers=[
+            ("event_id", row.event_id.encode()),
+            ("event_type", row.event_type.encode()),
+            *_headers(row.headers_json),
+        ],
+    )
+
+
+def backoff_s(attempts_before: int, settings: RelaySettings) -> float:
+    """Exponential with jitter, from the attempts persisted on the row."""
+    ceiling: float = min(settings.backoff_max_s, settings.backoff_base_s * 2.0**attempts_before)
+    return ceiling * random.uniform(0.5, 1.0)
+
+
+def _failure(row: ClaimedRow, error: PublishFailed, settings: RelaySettings) -> Failure:
+    park = (not error.retriable) or row.attempts + 1 >= settings.max_attempts
+    return Failure(row.id, str(error)[:MAX_ERROR_CHARS], backoff_s(row.attempts, settings), park)
+
+
+async def publish_batch(
+    shard: int,
+    token: int,
+    *,
+    store: Store,
+    publisher: Publisher,
+    settings: RelaySettings,
+) -> BatchOutcome:
+    rows = await store.claim(shard, settings.batch_size, settings.failure_policy)
+    if not rows:
+        return BatchOutcome(shard, 0)
+    block = settings.failure_policy == "block_key"
+    failed_keys: set[str] = set()
+    errors: dict[int, PublishFailed] = {}
+    acks: list[tuple[ClaimedRow, Awaitable[None]]] = []
+    held_back = 0
+    fatal = False
+    for row in rows:
+        if block and row.key in failed_keys:
+            held_back += 1  # stays pending; the next claim waits behind its failed row
+            continue
+        record = to_record(row, settings)
+        try:
+            if record.size > settings.kafka_max_request_size:
+                raise PublishFailed(
+                    f"record of {record.size} bytes exceeds kafka_max_request_size "
+                    f"({settings.kafka_max_request_size})",
+                    retriable=False,
+                )
+            acks.append((row, await publisher.enqueue(record)))
+        except PublishFailed as exc:
+            errors[row.id] = exc
+            failed_keys.add(row.key)
+            if exc.fatal:
+                fatal = True
+                break  # the producer is gone; the rest of the batch waits for a new one
+    results = await asyncio.gather(*(ack for _, ack in acks), return_exceptions=True)
+    published: list[int] = []
+    now = time.time()
+    latencies: list[float] = []
+    for (row, _), result in zip(acks, results, strict=True):
+        if isinstance(result, BaseException):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            err = classify(result)
+            errors[row.id] = err
+            fatal = fatal or err.fatal
+            failed_keys.add(row.key)
+        else:
+            if block and row.key in failed_keys:
+                # Already in flight when an earlier row of its key failed: Kafka has it,
+                # so it is marked; the order of this key is at risk and we say so.
+                log.warning(
+                    "row published after an earlier row of its key failed in flight",
+                    extra={"shard": shard, "row_id": row.id, "key": row.key},
+                )
+            published.append(row.id)
+            latencies.append(now - row.created_at)
+    if errors and not published and all(e.retriable for e in errors.values()):
+        # Kafka as a whole is unreachable: not the rows' fault, so no attempt is counted.
+        raise KafkaUnavailable(next(iter(errors.values())))
+    by_id = {row.id: row for row in rows}
+    failures = [_failure(by_id[i], err, settings) for i, err in errors.items()]
+    await store.settle(
+        shard, settings.replica_id, token, published, failures, settings.retention == "keep"
+    )
+    parked = sum(1 for f in failures if f.park)
+    return BatchOutcome(
+        shard=shard,
+        claimed=len(rows),
+        published=len(published),
+        retried=len(failures) - parked,
+        parked=parked,
+        held_back=held_back,
+        fatal_producer_error=fatal,
+        full=len(rows) >= settings.batch_size,
+        latencies_s=latencies,
+    )

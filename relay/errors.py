@@ -1,0 +1,39 @@
+"""Every error the relay raises derives from RelayError; `retriable` says whether trying
+again later can succeed."""
+
+from __future__ import annotations
+
+
+class RelayError(Exception):
+    retriable: bool = False
+
+
+class RelayConfigError(RelayError, ValueError):
+    """The configuration is invalid or unsafe; the relay refuses to start (exit code 2)."""
+
+
+class StartupRefused(RelayError):
+    """The database is not in a state this relay can work on (exit code 2)."""
+
+
+class LeaseLost(RelayError):
+    """A fenced write found another token on the shard: this replica must stop it at once."""
+
+    def __init__(self, shard: int) -> None:
+        super().__init__(f"lease on shard {shard} was lost")
+        self.shard = shard
+
+
+class StoreUnavailable(RelayError):
+    """The database could not be reached or the statement failed transiently."""
+
+    retriable = True
+
+
+class PublishFailed(RelayError):
+    """Kafka refused or could not take a record."""
+
+    def __init__(self, message: str, *, retriable: bool, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+        self.fatal = fatal  # the producer itself is broken and must be recreated

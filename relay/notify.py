@@ -1,0 +1,55 @@
+"""Optional wake-up hints on Postgres: LISTEN on the channel producers NOTIFY.
+
+Producers built with Outbox(notify_channel=...) send pg_notify(channel, shard) in the
+insert statement; Postgres folds identical notifications of one transaction into one,
+so a hint costs one message per transaction and shard, never one per row. The hint only
+shortens an idle shard's wait: polling alone is correct. When the listening connection
+dies, it is opened again with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import psycopg
+from psycopg import sql
+
+from producer_lib.queries import query
+from relay.config import RelaySettings
+
+log = logging.getLogger("relay.notify")
+
+
+async def listen(
+    settings: RelaySettings,
+    stopping: asyncio.Event,
+    wake: Callable[[int | None], None],
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    delay = 0.5
+    while not stopping.is_set():
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                settings.database.url, autocommit=True, connect_timeout=10
+            )
+            async with conn:
+                listen_sql = sql.SQL(query("postgres", "notify_listen"))
+                await conn.execute(
+                    listen_sql.format(channel=sql.Identifier(settings.notify_channel))
+                )
+                log.info("listening for notify hints", extra={"channel": settings.notify_channel})
+                delay = 0.5
+                wake(None)  # anything committed while we were not listening
+                async for note in conn.notifies():
+                    wake(int(note.payload) if note.payload.isdigit() else None)
+                    if stopping.is_set():
+                        break
+        except (psycopg.Error, OSError) as exc:
+            log.warning(
+                "notify listener lost its connection; reconnecting",
+                extra={"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__},
+            )
+            await sleep(delay)
+            delay = min(delay * 2, 30.0)

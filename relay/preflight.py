@@ -1,0 +1,44 @@
+"""Start-up checks: refuse to run (exit code 2) on a database this relay must not touch."""
+
+from __future__ import annotations
+
+from producer_lib.migrate import available
+from relay.config import RelaySettings
+from relay.errors import StartupRefused
+from relay.store import Store
+
+
+async def check_database(store: Store, settings: RelaySettings) -> None:
+    applied = await store.migrations()
+    known = {m.version: m for m in available(store.dialect)}
+    if not applied:
+        raise StartupRefused("the database has no outbox schema: run `outbox-relay migrate` first")
+    for mig in applied:
+        mine = known.get(mig.version)
+        if mine is None:
+            raise StartupRefused(
+                f"the database schema is at migration {mig.version:04d}_{mig.name}, newer than "
+                f"this relay knows ({max(known):04d}): upgrade the relay"
+            )
+        if mine.checksum != mig.checksum:
+            raise StartupRefused(
+                f"migration {mig.version:04d}_{mig.name} in the database differs from this "
+                "relay's copy: the schema is not the one this relay was built for"
+            )
+    missing = sorted(set(known) - {m.version for m in applied})
+    if missing:
+        raise StartupRefused(
+            f"the database lacks migrations {', '.join(f'{v:04d}' for v in missing)}: "
+            "run `outbox-relay migrate`"
+        )
+    recorded = await store.shard_count()
+    if recorded != settings.shard_count:
+        raise StartupRefused(
+            f"shard_count mismatch: the relay is configured with {settings.shard_count}, the "
+            f"database records {recorded} (OUTBOX_SHARD_COUNT must equal producers' setting)"
+        )
+    highest = await store.max_pending_shard()
+    if highest >= settings.shard_count:
+        raise StartupRefused(
+            f"pending events carry shard {highest}, outside 0..{settings.shard_count - 1}"
+        )

@@ -1,0 +1,103 @@
+"""The relay's view of the database: one Protocol, a Postgres and a SQLite implementation.
+
+Both pass tests/integration/test_store_conformance.py. Driver errors leave a store only
+as RelayError subclasses (StoreUnavailable, LeaseLost); the SQL is in producer_lib/sql.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from producer_lib.queries import Dialect
+
+Policy = Literal["block_key", "skip"]
+
+
+@dataclass(frozen=True)
+class ClaimedRow:
+    id: int
+    event_id: str
+    topic: str
+    key: str
+    event_type: str
+    payload: bytes
+    headers_json: str
+    attempts: int
+    created_at: float  # epoch seconds, for commit-to-ack latency
+
+
+@dataclass(frozen=True)
+class Failure:
+    id: int
+    error: str
+    delay_s: float
+    park: bool
+
+
+@dataclass(frozen=True)
+class Settled:
+    published: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class Lease:
+    shard: int
+    owner: str | None
+    token: int
+    live: bool
+
+
+@dataclass(frozen=True)
+class AppliedMigration:
+    version: int
+    name: str
+    checksum: str
+
+
+class Store(Protocol):
+    dialect: Dialect
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def migrations(self) -> list[AppliedMigration]: ...
+
+    async def shard_count(self) -> int: ...
+
+    async def max_pending_shard(self) -> int: ...
+
+    async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]: ...
+
+    async def settle(
+        self,
+        shard: int,
+        owner: str,
+        token: int,
+        published_ids: Sequence[int],
+        failures: Sequence[Failure],
+        keep: bool,
+    ) -> Settled:
+        """Mark acked rows and record failures in one fenced step; LeaseLost if not ours."""
+        ...
+
+    async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None: ...
+
+    async def lease_renew(self, owner: str, held: Mapping[int, int], ttl_s: float) -> set[int]: ...
+
+    async def lease_release(self, shard: int, owner: str, token: int) -> None: ...
+
+    async def lease_list(self) -> list[Lease]: ...
+
+    async def replica_heartbeat(self, owner: str, ttl_s: float) -> None: ...
+
+    async def replica_list_live(self) -> list[str]: ...
+
+    async def replica_remove(self, owner: str) -> None: ...
+
+    async def purge(
+        self, retention_s: float, idempotency_retention_s: float, limit: int
+    ) -> int: ...
