@@ -55,3 +55,19 @@ def kafka_bootstrap_servers() -> Iterator[str]:
     container: Any = KafkaContainer().with_kraft()
     with container:
         yield str(container.get_bootstrap_server())
+
+
+def managed_services() -> bool:
+    """True when scripts/services runs the servers, so a test may stop and start them."""
+    return os.environ.get("OUTBOX_SERVICES_MANAGED") == "1"
+
+
+def services(*args: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "services.py"
+    subprocess.run(
+        [sys.executable, str(script), *args], check=True, capture_output=True, timeout=180
+    )

@@ -20,3 +20,15 @@ CREATE TABLE test_orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL);
 -- name: test_order_count
 SELECT count(*) FROM test_orders;
 
+
+-- name: outbox_unpublished
+SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
+
+-- name: outbox_unpublished_pending
+SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND status = 'pending';
+
+-- name: outbox_parked
+SELECT id, key, attempts, last_error FROM outbox_events WHERE status = 'parked' ORDER BY id;
+
+-- name: lease_rows
+SELECT shard, owner, token FROM outbox_relay_leases ORDER BY shard;
