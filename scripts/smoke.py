@@ -1,6 +1,6 @@
 """The smoke round trip: a row into Postgres, read back, produced to Kafka, consumed back.
 
-Used by the README's first command until the relay demo replaces it, and by
+The first link the foundation proved; kept as a check of the services by
 tests/integration/test_smoke.py against a private database and topic.
 """
 
