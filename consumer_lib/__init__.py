@@ -1,1 +1,39 @@
-"""Apply Kafka events exactly once by recording their event_id with the handler's writes."""
+"""Apply Kafka events exactly once by recording their event_id with the handler's writes.
+
+    app = ConsumerApp(ConsumerSettings(bootstrap_servers=..., group_id="billing"),
+                      SqlAlchemyAsync(engine))
+
+    @app.handler("orders", "OrderPlaced")
+    async def on_order(event: ConsumedEvent, session: AsyncSession) -> None:
+        session.add(Invoice(order_id=event.payload["order_id"]))
+
+Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`.
+"""
+
+from consumer_lib.consumer import (
+    Consumer,
+    ConsumerApp,
+    ConsumerSettings,
+    ConsumerStats,
+    run_consumer,
+)
+from consumer_lib.database import Database, PsycopgAsync, SqlAlchemyAsync, SqlAlchemySync
+from consumer_lib.errors import ConsumerConfigError, ConsumerError, PoisonRecord, TransientError
+from consumer_lib.event import ConsumedEvent
+
+__all__ = [
+    "ConsumedEvent",
+    "Consumer",
+    "ConsumerApp",
+    "ConsumerConfigError",
+    "ConsumerError",
+    "ConsumerSettings",
+    "ConsumerStats",
+    "Database",
+    "PoisonRecord",
+    "PsycopgAsync",
+    "SqlAlchemyAsync",
+    "SqlAlchemySync",
+    "TransientError",
+    "run_consumer",
+]

@@ -11,6 +11,12 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import psycopg
+from psycopg.pq import TransactionStatus
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session
+
 from producer_lib.errors import (
     DatabaseError,
     DuplicateEventId,
@@ -74,11 +80,7 @@ def translate(exc: BaseException) -> OutboxError:
     """The single boundary where driver exceptions become producer_lib exceptions."""
     orig: BaseException = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps DBAPI errors
     message = f"{type(orig).__name__}: {orig}".strip()
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        psycopg = None  # type: ignore[assignment]
-    if psycopg is not None and isinstance(orig, psycopg.Error):
+    if isinstance(orig, psycopg.Error):
         state = orig.sqlstate
         if state == "23505" and "outbox_events_event_id_key" in str(orig):
             return DuplicateEventId("an event with this event_id already exists", field="event_id")
@@ -146,12 +148,11 @@ class PsycopgExecutor:
 
     def run(self, step: Step) -> Rows:
         sql = query(self.dialect, step.query)
-        with self.conn.cursor() as cur:
-            if step.many:
+        if step.many:
+            with self.conn.cursor() as cur:
                 cur.executemany(sql, step.params)
-                return []
-            cur.execute(sql, step.params)
-            return _rows(cur)
+            return []
+        return _rows(self.conn.execute(sql, step.params))
 
 
 class AsyncPsycopgExecutor:
@@ -172,8 +173,6 @@ class AsyncPsycopgExecutor:
 
 
 def _require_psycopg_transaction(conn: Any) -> None:
-    from psycopg.pq import TransactionStatus
-
     if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
         raise NoTransaction(
             "psycopg connection is in autocommit mode outside a transaction: "
@@ -241,21 +240,17 @@ def _supported() -> str:
 
 
 def sync_executor(target: object) -> SyncExecutor:
-    if isinstance(target, sqlite3.Connection):
-        return SqliteExecutor(target)
-    import psycopg
-    from sqlalchemy.engine import Connection
-    from sqlalchemy.orm import Session
-
     if isinstance(target, psycopg.Connection):
         return PsycopgExecutor(target)
+    if isinstance(target, sqlite3.Connection):
+        return SqliteExecutor(target)
     if isinstance(target, Session):
         if not target.in_transaction() and not target.autobegin:
             raise NoTransaction("SQLAlchemy Session has autobegin off and no transaction begun")
         return SqlAlchemyExecutor(target.connection())
     if isinstance(target, Connection):
         return SqlAlchemyExecutor(target)
-    if isinstance(target, psycopg.AsyncConnection) or _is_async_sqlalchemy(target):
+    if isinstance(target, psycopg.AsyncConnection | AsyncSession | AsyncConnection):
         raise UnsupportedConnection(
             f"{type(target).__name__} is async: use `await emit_async(...)`"
         )
@@ -263,9 +258,6 @@ def sync_executor(target: object) -> SyncExecutor:
 
 
 async def async_executor(target: object) -> AsyncExecutor:
-    import psycopg
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
     if isinstance(target, psycopg.AsyncConnection):
         return AsyncPsycopgExecutor(target)
     if isinstance(target, AsyncSession):
@@ -280,12 +272,6 @@ async def async_executor(target: object) -> AsyncExecutor:
         f"cannot emit_async on {type(target).__name__}: pass an AsyncSession, an "
         "AsyncConnection or a psycopg AsyncConnection (sync connections use emit)"
     )
-
-
-def _is_async_sqlalchemy(target: object) -> bool:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-    return isinstance(target, AsyncSession | AsyncConnection)
 
 
 __all__ = [

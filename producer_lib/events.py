@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from producer_lib.errors import InvalidEvent, PayloadTooLarge
 from producer_lib.headers import build_headers, validate_user_headers
@@ -54,7 +54,7 @@ class EventRow:
     available_at: dt.datetime | None
     delay_s: float
     idempotency_key: str | None
-    body_hash: bytes = field(repr=False)
+    body_hash: bytes = field(repr=False)  # empty without an idempotency key
 
     @property
     def size(self) -> int:
@@ -120,6 +120,21 @@ def body_hash(topic: str, key: str, event_type: str, payload: bytes, user: dict[
     return h.digest()
 
 
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@functools.lru_cache(maxsize=64)
+def _content_type_only(content_type: str) -> str:
+    return _compact({"content-type": content_type})
+
+
+def _headers_json(headers: dict[str, str]) -> str:
+    # Most events carry only their content type: reuse that text.
+    if len(headers) == 1 and "content-type" in headers:
+        return _content_type_only(headers["content-type"])
+    return _compact(headers)
+
+
 def prepare(
     event: Event, *, serializer: Serializer, shard_count: int, max_event_bytes: int
 ) -> EventRow:
@@ -149,11 +164,13 @@ def prepare(
         event_type=event_type,
         payload=serialized.data,
         headers=headers,
-        headers_json=json.dumps(headers, ensure_ascii=False, separators=(",", ":")),
+        headers_json=_headers_json(headers),
         available_at=available_at,
         delay_s=delay_s,
         idempotency_key=idempotency_key,
-        body_hash=body_hash(topic, key, event_type, serialized.data, user),
+        body_hash=(
+            body_hash(topic, key, event_type, serialized.data, user) if idempotency_key else b""
+        ),
     )
     if row.size > max_event_bytes:
         raise PayloadTooLarge(
@@ -163,7 +180,3 @@ def prepare(
             limit=max_event_bytes,
         )
     return row
-
-
-def as_event(fields: Mapping[str, Any]) -> Event:
-    return Event(**fields)

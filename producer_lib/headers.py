@@ -44,14 +44,18 @@ def validate_user_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return clean
 
 
+try:
+    from opentelemetry import propagate as _propagate
+except ImportError:  # the otel extra is optional
+    _propagate = None  # type: ignore[assignment]
+
+
 def trace_context() -> dict[str, str]:
     """The current W3C trace context (traceparent, tracestate), when OpenTelemetry is installed."""
-    try:
-        from opentelemetry import propagate
-    except ImportError:
+    if _propagate is None:
         return {}
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    _propagate.inject(carrier)
     return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
 
 

@@ -120,8 +120,14 @@ def emit_one(row: EventRow, dialect: Dialect, opts: WriteOptions) -> Plan:
                     existing_event_id=str(stored_id),
                 )
             return _db_uuid(stored_id)
-    yield Step("outbox_insert", row_params(row, dialect, opts))
+    yield Step(_insert_query(dialect, opts), row_params(row, dialect, opts))
     return row.event_id
+
+
+def _insert_query(dialect: Dialect, opts: WriteOptions) -> str:
+    if dialect == "postgres" and (opts.per_key_lock or opts.notify_channel):
+        return "outbox_insert_locked"
+    return "outbox_insert"
 
 
 def emit_many(rows: Sequence[EventRow], dialect: Dialect, opts: WriteOptions) -> Plan:

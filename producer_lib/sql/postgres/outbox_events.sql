@@ -1,6 +1,13 @@
 -- Queries on outbox_events, Postgres dialect (psycopg named parameters).
 
 -- name: outbox_insert
+-- One event, with neither per-key lock nor notify hint (the cheapest form).
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at)
+VALUES (%(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s,
+        %(headers)s::jsonb,
+        COALESCE(%(available_at)s::timestamptz, now() + %(delay_s)s * interval '1 second'));
+
+-- name: outbox_insert_locked
 -- One event. lock_key NULL skips the per-key lock: pg_advisory_xact_lock is strict, so
 -- a NULL argument returns NULL without locking. The lock is taken in the FROM subquery,
 -- before the row's identity value is drawn, so ids of one key follow commit order.

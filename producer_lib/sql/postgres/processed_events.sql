@@ -1,0 +1,17 @@
+-- Queries on processed_events (consumer_lib's dedup table), Postgres dialect.
+
+-- name: processed_event_insert
+-- In the handler's transaction: a row back means first time; none means duplicate.
+-- A concurrent transaction inserting the same pair makes this wait for its outcome.
+INSERT INTO processed_events (consumer_group, event_id)
+VALUES (%(consumer_group)s, %(event_id)s)
+ON CONFLICT (consumer_group, event_id) DO NOTHING
+RETURNING 1;
+
+-- name: processed_event_purge
+DELETE FROM processed_events
+WHERE (consumer_group, event_id) IN (
+    SELECT consumer_group, event_id FROM processed_events
+    WHERE processed_at < now() - %(retention_s)s * interval '1 second'
+    LIMIT %(limit)s
+);
