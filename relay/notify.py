@@ -21,6 +21,9 @@ from relay.config import RelaySettings
 
 log = logging.getLogger("relay.notify")
 
+# Lets operators (and tests) find the listening connection in pg_stat_activity.
+APPLICATION_NAME = "outbox-relay-notify"
+
 
 async def listen(
     settings: RelaySettings,
@@ -32,7 +35,10 @@ async def listen(
     while not stopping.is_set():
         try:
             conn = await psycopg.AsyncConnection.connect(
-                settings.database.url, autocommit=True, connect_timeout=10
+                settings.database.url,
+                autocommit=True,
+                connect_timeout=10,
+                application_name=APPLICATION_NAME,
             )
             async with conn:
                 listen_sql = sql.SQL(query("postgres", "notify_listen"))

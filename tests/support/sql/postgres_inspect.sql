@@ -38,3 +38,24 @@ UPDATE outbox_schema_migrations SET checksum = 'tampered' WHERE version = 1;
 -- name: outbox_delays
 SELECT key, extract(epoch FROM available_at - created_at), available_at
 FROM outbox_events ORDER BY id;
+
+-- name: outbox_row_state
+-- Per row: what settle wrote, and seconds until available_at on the database clock.
+SELECT id, attempts, status, last_error, published_at IS NOT NULL,
+       extract(epoch FROM available_at - now())::float8
+FROM outbox_events ORDER BY id;
+
+-- name: lease_remaining
+-- Seconds until each lease ends on the database clock (NULL once released).
+SELECT shard, owner, token,
+       CASE WHEN lease_until = '-infinity' THEN NULL
+            ELSE extract(epoch FROM lease_until - now())::float8 END
+FROM outbox_relay_leases ORDER BY shard;
+
+-- name: notify_listener_kill
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE application_name = 'outbox-relay-notify' AND datname = current_database();
+
+-- name: notify_listener_count
+SELECT count(*) FROM pg_stat_activity
+WHERE application_name = 'outbox-relay-notify' AND datname = current_database();

@@ -1,0 +1,82 @@
+"""The optional NOTIFY hint wakes an idle relay; its listener survives a killed connection.
+
+The relay is configured to idle for 30 s between polls, so an event that arrives within
+the test's bound can only have been woken by the hint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from producer_lib import Outbox
+from tests.conftest import TopicFactory
+from tests.support.db import Backend, postgres_backend
+from tests.support.relay import relay_settings, running_relay, wait_drained
+from tests.support.transactions import sync_tx
+
+pytestmark = pytest.mark.integration
+
+IDLE_S = 30.0
+
+
+async def _emit_and_wait(backend: Backend, outbox: Outbox, topic: str, n: int) -> float:
+    await asyncio.sleep(1.0)  # let every shard back off to its idle wait
+    with sync_tx(backend, "driver") as conn:
+        outbox.emit(conn, topic=topic, key=f"k{n}", event_type="E", payload={"n": n})
+    started = time.monotonic()
+    await wait_drained(backend, timeout=IDLE_S / 3)
+    return time.monotonic() - started
+
+
+async def _listeners(backend: Backend, want: int) -> None:
+    for _ in range(100):
+        if await asyncio.to_thread(backend.scalar, "notify_listener_count") == want:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"expected {want} notify listener connection(s)")
+
+
+async def test_notify_wakes_idle_shards_and_listener_reconnects(
+    pg_url: str, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    topic = await new_topic("hinted")
+    outbox = Outbox(notify_channel="outbox_events")
+    settings = relay_settings(
+        backend,
+        kafka_bootstrap,
+        listen_notify=True,
+        idle_interval_s=IDLE_S,
+        poll_interval_s=IDLE_S / 4,
+    )
+    async with running_relay(settings) as relay:
+        await _listeners(backend, 1)
+        assert await _emit_and_wait(backend, outbox, topic, 1) < IDLE_S / 3
+        assert await asyncio.to_thread(backend.scalar, "notify_listener_kill") == 1
+        await _listeners(backend, 1)  # the listener came back by itself
+        assert await _emit_and_wait(backend, outbox, topic, 2) < IDLE_S / 3
+    assert relay.stats.published == 2
+
+
+async def test_without_the_hint_an_idle_relay_waits(
+    pg_url: str, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    """The control: the same idle relay, a producer without notify_channel: not woken early."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    topic = await new_topic("unhinted")
+    settings = relay_settings(
+        backend,
+        kafka_bootstrap,
+        listen_notify=True,
+        idle_interval_s=IDLE_S,
+        poll_interval_s=IDLE_S / 4,
+    )
+    async with running_relay(settings):
+        await _listeners(backend, 1)
+        with pytest.raises(TimeoutError):
+            await _emit_and_wait(backend, Outbox(), topic, 1)
