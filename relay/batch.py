@@ -67,7 +67,8 @@ def to_record(row: ClaimedRow, settings: RelaySettings) -> OutgoingRecord:
 
 def backoff_s(attempts_before: int, settings: RelaySettings) -> float:
     """Exponential with jitter, from the attempts persisted on the row."""
-    ceiling: float = min(settings.backoff_max_s, settings.backoff_base_s * 2.0**attempts_before)
+    exponent = min(attempts_before, 1023)  # 2.0**1024 overflows a float (OverflowError)
+    ceiling: float = min(settings.backoff_max_s, settings.backoff_base_s * 2.0**exponent)
     return ceiling * random.uniform(0.5, 1.0)
 
 
@@ -90,28 +91,43 @@ async def publish_batch(
     block = settings.failure_policy == "block_key"
     failed_keys: set[str] = set()
     errors: dict[int, PublishFailed] = {}
-    acks: list[tuple[ClaimedRow, Awaitable[None]]] = []
     held_back = 0
-    fatal = False
+    outgoing: list[tuple[ClaimedRow, OutgoingRecord]] = []
     for row in rows:
         if block and row.key in failed_keys:
             held_back += 1  # stays pending; the next claim waits behind its failed row
             continue
         record = to_record(row, settings)
-        try:
-            if record.size > settings.kafka_max_request_size:
-                raise PublishFailed(
-                    f"record of {record.size} bytes exceeds kafka_max_request_size "
-                    f"({settings.kafka_max_request_size})",
-                    retriable=False,
-                )
-            acks.append((row, await publisher.enqueue(record)))
-        except PublishFailed as exc:
-            errors[row.id] = exc
+        # An upper bound first (a character is at most 4 UTF-8 bytes; header names and
+        # values never exceed their JSON text; event_id and event_type add 54 bytes plus
+        # the type): only rows near the limit pay for the exact size.
+        if (
+            len(record.value)
+            + len(record.key)
+            + 4 * (len(row.headers_json) + len(row.event_type))
+            + 64
+            > settings.kafka_max_request_size
+            and (size := record.size) > settings.kafka_max_request_size
+        ):
+            # Known before sending: refuse it here so nothing later of its key goes out.
+            errors[row.id] = PublishFailed(
+                f"record of {size} bytes exceeds kafka_max_request_size "
+                f"({settings.kafka_max_request_size})",
+                retriable=False,
+            )
             failed_keys.add(row.key)
-            if exc.fatal:
-                fatal = True
-                break  # the producer is gone; the rest of the batch waits for a new one
+            continue
+        outgoing.append((row, record))
+    handed = await publisher.enqueue_batch([record for _, record in outgoing])
+    acks: list[tuple[ClaimedRow, Awaitable[None]]] = []
+    fatal = False
+    for (row, _), item in zip(outgoing, handed, strict=True):
+        if isinstance(item, PublishFailed):
+            errors[row.id] = item
+            failed_keys.add(row.key)
+            fatal = fatal or item.fatal
+        else:
+            acks.append((row, item))
     results = await asyncio.gather(*(ack for _, ack in acks), return_exceptions=True)
     published: list[int] = []
     now = time.time()

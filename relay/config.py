@@ -180,11 +180,14 @@ class RelaySettings(BaseSettings):
     def _intervals(self) -> RelaySettings:
         if self.heartbeat_interval_s * 2 > self.lease_ttl_s:
             raise ValueError(
-                "heartbeat_interval_s must be at most half of lease_ttl_s, "
-                "or leases expire between renewals"
+                f"heartbeat_interval_s ({ENV_PREFIX}HEARTBEAT_INTERVAL_S) must be at most half "
+                f"of lease_ttl_s ({ENV_PREFIX}LEASE_TTL_S), or leases expire between renewals"
             )
         if self.poll_interval_s > self.idle_interval_s:
-            raise ValueError("poll_interval_s must not exceed idle_interval_s")
+            raise ValueError(
+                f"poll_interval_s ({ENV_PREFIX}POLL_INTERVAL_S) must not exceed "
+                f"idle_interval_s ({ENV_PREFIX}IDLE_INTERVAL_S)"
+            )
         return self
 
     @property

@@ -1,20 +1,23 @@
 """Publishing records: one Protocol, the aiokafka implementation and an in-memory double.
 
-A send is two steps, as in Kafka clients: `enqueue` hands the record to the producer and
-returns a future for its ack; it raises at once when the record can never be sent
-(too large for the producer). The relay enqueues a whole batch, then gathers the acks.
+A send is two steps, as in Kafka clients: `enqueue_batch` hands records to the producer
+and returns, per record, an awaitable for its ack, or at once a PublishFailed when the
+record cannot be handed over (its topic unknown to the cluster). The relay enqueues a
+whole claim batch, then gathers the acks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
+from aiokafka.partitioner import murmur2
 
 from relay.config import RelaySettings
 from relay.errors import PublishFailed
@@ -32,8 +35,7 @@ _FATAL = (
 _TRANSPORT = (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError)
 
 
-@dataclass(frozen=True)
-class OutgoingRecord:
+class OutgoingRecord(NamedTuple):
     topic: str
     key: bytes
     value: bytes
@@ -41,7 +43,10 @@ class OutgoingRecord:
 
     @property
     def size(self) -> int:
-        return len(self.key) + len(self.value) + sum(len(k) + len(v) for k, v in self.headers)
+        size = len(self.key) + len(self.value)
+        for name, value in self.headers:
+            size += len(name) + len(value)
+        return size
 
 
 class Publisher(Protocol):
@@ -53,7 +58,9 @@ class Publisher(Protocol):
         """Replace a producer broken by a fatal error (not the process)."""
         ...
 
-    async def enqueue(self, record: OutgoingRecord) -> Awaitable[None]: ...
+    async def enqueue_batch(
+        self, records: Sequence[OutgoingRecord]
+    ) -> list[Awaitable[None] | PublishFailed]: ...
 
 
 def classify(exc: BaseException) -> PublishFailed:
@@ -91,8 +98,12 @@ class KafkaPublisher:
             compression_type=None
             if s.kafka_compression_type == "none"
             else s.kafka_compression_type,
-            # Larger batches: fewer requests, and a key's records more often share one.
-            max_batch_size=256 * 1024,
+            # Kafka's default batch.size. The broker judges a record batch as a whole
+            # against the topic's max.message.bytes and aiokafka never splits a rejected
+            # batch, so a larger batch could fail every record in it on a topic with a
+            # smaller limit (parking rows of unrelated keys). A record larger than this
+            # goes alone in its own batch, so a size rejection names exactly that record.
+            max_batch_size=16 * 1024,
         )
 
     async def start(self) -> None:
@@ -115,18 +126,85 @@ class KafkaPublisher:
         await self.stop()
         await self.start()
 
-    async def enqueue(self, record: OutgoingRecord) -> Awaitable[None]:
-        if self._producer is None:
+    async def enqueue_batch(
+        self, records: Sequence[OutgoingRecord]
+    ) -> list[Awaitable[None] | PublishFailed]:
+        """Build one record batch per partition and submit it; one shared ack per batch.
+
+        This is aiokafka's batch API: it skips the per-record send() path, and the records
+        of one key (one partition) in a claim usually travel in one batch, which Kafka
+        accepts or rejects as a whole.
+        """
+        producer = self._producer
+        if producer is None:
             raise PublishFailed("producer is not started", retriable=True, fatal=True)
+        results: list[Awaitable[None] | PublishFailed] = [
+            PublishFailed("not sent", retriable=True)
+        ] * len(records)
+        partitions: dict[str, list[int] | PublishFailed] = {}
+        for topic in {r.topic for r in records}:
+            try:
+                partitions[topic] = sorted(await producer.client._wait_on_metadata(topic))
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                partitions[topic] = classify(exc)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, record in enumerate(records):
+            known = partitions[record.topic]
+            if isinstance(known, PublishFailed):
+                results[i] = known
+                continue
+            partition = known[_key_slot(record.key) % len(known)]
+            groups.setdefault((record.topic, partition), []).append(i)
+        for (topic, partition), indexes in groups.items():
+            builder, members = producer.create_batch(), list[int]()
+            for i in indexes:
+                record = records[i]
+                if (
+                    builder.append(
+                        timestamp=None, key=record.key, value=record.value, headers=record.headers
+                    )
+                    is None
+                ):
+                    await self._submit(producer, builder, topic, partition, members, results)
+                    builder, members = producer.create_batch(), list[int]()
+                    builder.append(
+                        timestamp=None, key=record.key, value=record.value, headers=record.headers
+                    )
+                members.append(i)
+            await self._submit(producer, builder, topic, partition, members, results)
+        return results
+
+    @staticmethod
+    async def _submit(
+        producer: AIOKafkaProducer,
+        builder: Any,
+        topic: str,
+        partition: int,
+        members: list[int],
+        results: list[Awaitable[None] | PublishFailed],
+    ) -> None:
         try:
-            fut: asyncio.Future[Any] = await self._producer.send(
-                record.topic, record.value, key=record.key, headers=record.headers
-            )
+            fut = await producer.send_batch(builder, topic, partition=partition)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            raise classify(exc) from exc
-        return _ack(fut)
+            failed = classify(exc)
+            for i in members:
+                results[i] = failed
+            return
+        shared = asyncio.ensure_future(_ack(fut))
+        for i in members:
+            results[i] = shared
+
+
+@functools.lru_cache(maxsize=65536)
+def _key_slot(key: bytes) -> int:
+    # Kafka's default partitioner (murmur2 of the key, positive): the partition a key maps
+    # to stays the one every other Kafka producer would pick. aiokafka's murmur2 is pure
+    # Python, and keys repeat, so each is hashed once.
+    return int(murmur2(key)) & 0x7FFFFFFF
 
 
 async def _ack(fut: asyncio.Future[Any]) -> None:
@@ -165,11 +243,17 @@ class MemoryPublisher:
         self.recreated += 1
         self.started = True
 
-    async def enqueue(self, record: OutgoingRecord) -> Awaitable[None]:
-        refused = self.refuse(record) if self.refuse else None
-        if refused is not None:
-            raise refused
-        return self._ack(record, self.fail(record) if self.fail else None)
+    async def enqueue_batch(
+        self, records: Sequence[OutgoingRecord]
+    ) -> list[Awaitable[None] | PublishFailed]:
+        results: list[Awaitable[None] | PublishFailed] = []
+        for record in records:
+            refused = self.refuse(record) if self.refuse else None
+            if refused is not None:
+                results.append(refused)
+            else:
+                results.append(self._ack(record, self.fail(record) if self.fail else None))
+        return results
 
     async def _ack(self, record: OutgoingRecord, error: PublishFailed | None) -> None:
         await asyncio.sleep(0)

@@ -73,7 +73,7 @@ class PostgresStore:
     async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]:
         name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
         rows = await self._run(name, {"shard": shard, "limit": limit})
-        return [ClaimedRow(*r) for r in rows]
+        return [ClaimedRow._make(r) for r in rows]
 
     async def settle(
         self,
