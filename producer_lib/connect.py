@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from producer_lib.errors import ConfigurationError
 from producer_lib.queries import Dialect
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -33,9 +35,12 @@ class DatabaseUrl:
                     "a SQLite outbox needs a file: sqlite:///relative/path or sqlite:////abs/path"
                 )
             return cls("sqlite", path)
+        # Show the scheme only when it is one: the rest of a malformed URL (no "://")
+        # may be user:password@host, and errors must never echo a password.
+        scheme, sep, _ = raw.partition("://")
+        got = f" (got {scheme!r}://...)" if sep and _SCHEME.fullmatch(scheme) else ""
         raise ConfigurationError(
-            "database URL must start with postgresql:// (psycopg) or sqlite:/// "
-            f"(got {raw.split('://', 1)[0]!r}://...)"
+            f"database URL must start with postgresql:// (psycopg) or sqlite:///{got}"
         )
 
     def connect(self, *, autocommit: bool = False) -> Any:

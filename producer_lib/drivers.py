@@ -43,17 +43,21 @@ class AsyncExecutor(Protocol):
     async def run(self, step: Step) -> Rows: ...
 
 
+def run_step(executor: SyncExecutor, step: Step) -> Rows:
+    """One named query on a sync executor, driver errors translated."""
+    try:
+        return executor.run(step)
+    except OutboxError:
+        raise
+    except Exception as exc:
+        raise translate(exc) from exc
+
+
 def run_plan(plan: Plan, executor: SyncExecutor) -> Any:
     try:
         step = next(plan)
         while True:
-            try:
-                rows = executor.run(step)
-            except OutboxError:
-                raise
-            except Exception as exc:
-                raise translate(exc) from exc
-            step = plan.send(rows)
+            step = plan.send(run_step(executor, step))
     except StopIteration as done:
         return done.value
 

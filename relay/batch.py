@@ -36,6 +36,8 @@ class BatchOutcome:
     fatal_producer_error: bool = False
     full: bool = False  # as many rows as asked for: more are probably waiting
     latencies_s: list[float] = field(default_factory=list, repr=False)
+    published_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
+    failures_by_reason: dict[str, int] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -154,11 +156,20 @@ async def publish_batch(
         # Kafka as a whole is unreachable: not the rows' fault, so no attempt is counted.
         raise KafkaUnavailable(next(iter(errors.values())))
     by_id = {row.id: row for row in rows}
+    published_set = set(published)
     failures = [_failure(by_id[i], err, settings) for i, err in errors.items()]
     await store.settle(
         shard, settings.replica_id, token, published, failures, settings.retention == "keep"
     )
     parked = sum(1 for f in failures if f.park)
+    by_topic: dict[str, int] = {}
+    for row in rows:
+        if row.id in published_set:
+            by_topic[row.topic] = by_topic.get(row.topic, 0) + 1
+    reasons: dict[str, int] = {}
+    for err in errors.values():
+        reason = str(err).split(":", 1)[0] or "unknown"
+        reasons[reason] = reasons.get(reason, 0) + 1
     return BatchOutcome(
         shard=shard,
         claimed=len(rows),
@@ -169,4 +180,6 @@ async def publish_batch(
         fatal_producer_error=fatal,
         full=len(rows) >= settings.batch_size,
         latencies_s=latencies,
+        published_by_topic=by_topic,
+        failures_by_reason=reasons,
     )

@@ -18,6 +18,7 @@ from typing import Any
 from producer_lib.connect import DatabaseUrl
 from producer_lib.errors import ConfigurationError, OutboxError
 from producer_lib.migrate import migrate
+from relay import cli_admin
 from relay.config import RelaySettings, field_help, load_settings
 from relay.errors import RelayConfigError, RelayError, StartupRefused
 
@@ -46,6 +47,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_database(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="postgresql://... or sqlite:///path (env OUTBOX_DATABASE_URL, then DATABASE_URL)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox-relay",
@@ -57,17 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply pending schema migrations",
         description="Apply pending migrations once each; safe when several run at once.",
     )
-    mig.add_argument(
-        "--database-url",
-        metavar="URL",
-        help="postgresql://... or sqlite:///path (env OUTBOX_DATABASE_URL, then DATABASE_URL)",
-    )
+    _add_database(mig)
     mig.add_argument(
         "--shard-count",
         type=_positive_int,
         metavar="N",
         help="set the shard count producers and relays share (only while nothing is pending)",
     )
+    cli_admin.add_commands(commands, _add_database)
     run = commands.add_parser(
         "run",
         help="publish pending events to Kafka until SIGTERM",
@@ -109,7 +115,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from relay.service import RelayService
 
     settings = load_settings(**_run_overrides(args))
-    logs.configure(settings.log_level, settings.log_json)
+    logs.configure(settings.log_level, settings.log_json, settings.secrets())
 
     async def main() -> None:
         service = RelayService(settings)
@@ -139,7 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return _cmd_run(args) if args.command == "run" else _cmd_migrate(args)
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "migrate":
+            return _cmd_migrate(args)
+        return cli_admin.run(args, _database_url(args.database_url))
     except (ConfigurationError, RelayConfigError) as exc:
         print(f"outbox-relay: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -147,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"outbox-relay: refusing to start: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (OutboxError, RelayError) as exc:
-        print(f"outbox-relay: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from relay.logs import redact
+
+        print(redact(f"outbox-relay: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_FAILED
 
 

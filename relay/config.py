@@ -5,6 +5,7 @@ Every field is documented here; `outbox-relay run --help` prints the same text.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -132,6 +133,21 @@ class RelaySettings(BaseSettings):
         default=False,
         description="SQLite: wait for the relay already running on the file instead of exiting.",
     )
+    http_enabled: bool = Field(
+        default=True, description="Serve /metrics (Prometheus), /healthz and /readyz over HTTP."
+    )
+    http_host: str = Field(
+        default="127.0.0.1",
+        description="Address of the ops endpoint; 0.0.0.0 to let Prometheus scrape it from outside.",
+    )
+    http_port: int = Field(
+        default=9400, ge=0, le=65535, description="Port of the ops endpoint (0: any free port)."
+    )
+    gauges_interval_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often pending/parked/oldest-age gauges are refreshed (never per scrape).",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="Log level."
     )
@@ -189,6 +205,16 @@ class RelaySettings(BaseSettings):
                 f"idle_interval_s ({ENV_PREFIX}IDLE_INTERVAL_S)"
             )
         return self
+
+    def secrets(self) -> list[str]:
+        """Secret values to keep out of every log line and traceback."""
+        from urllib.parse import urlsplit
+
+        url = self.database_url.get_secret_value()
+        found = [url]
+        with contextlib.suppress(ValueError):
+            found.append(urlsplit(url).password or "")
+        return [s for s in found if s]
 
     @property
     def database(self) -> DatabaseUrl:

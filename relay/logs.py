@@ -1,14 +1,45 @@
-"""Structured logs: `message key=value ...` for people, one JSON object per line with log_json."""
+"""Structured logs: `message key=value ...` for people, one JSON object per line with log_json.
+
+Every line passes through redact(): passwords in URLs and `password=` pairs, and the
+known secret values the process was configured with, never reach the output, whether
+they sit in the message, an extra field or an exception's text.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
+import traceback
+from collections.abc import Iterable
+from types import TracebackType
 from typing import Any
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+_URL_PASSWORD = re.compile(
+    r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^@\s]*)(?P<tail>@)"
+)
+_PAIR_PASSWORD = re.compile(
+    r"(?P<head>\b(?:password|passwd|pwd|sasl_password|sasl\.password)\s*[=:]\s*['\"]?)(?P<secret>[^'\"\s&;,]+)",
+    re.IGNORECASE,
+)
+_secrets: set[str] = set()
+
+
+def add_secrets(values: Iterable[str | None]) -> None:
+    """Values that must never be printed (passwords, tokens), whatever surrounds them."""
+    _secrets.update(v for v in values if v and len(v) >= 3)
+
+
+def redact(text: str) -> str:
+    text = _URL_PASSWORD.sub(r"\g<head>***\g<tail>", text)
+    text = _PAIR_PASSWORD.sub(r"\g<head>***", text)
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -24,7 +55,7 @@ class TextFormatter(logging.Formatter):
             line += f" {fields}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return redact(line)
 
 
 class JsonFormatter(logging.Formatter):
@@ -38,14 +69,23 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
+        return redact(json.dumps(doc, default=str))
 
 
-def configure(level: str = "INFO", as_json: bool = False) -> None:
+def _excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
+
+
+def configure(
+    level: str = "INFO", as_json: bool = False, secrets: Iterable[str | None] = ()
+) -> None:
+    add_secrets(secrets)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Uncaught exceptions go through the same redaction as log lines.
+    sys.excepthook = _excepthook
     # aiokafka logs every failed connection attempt at ERROR; the relay reports outages itself.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL if level != "DEBUG" else logging.DEBUG)

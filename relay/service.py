@@ -6,6 +6,8 @@ Tasks:
   backs off to idle_interval_s when empty, wakes early on a NOTIFY hint.
 - `purge`: retention of published rows and old idempotency keys.
 - `notify`: optional LISTEN connection on Postgres (reconnects when it dies).
+- `gauges`: refreshes the backlog gauges (pending, parked, oldest age) periodically, so a
+  Prometheus scrape never queries the database.
 
 Shutdown has one recipe (`_shutdown`): stop claiming, let in-flight batches finish
 within shutdown_grace_s, release leases, leave the membership, close Kafka and the DB.
@@ -30,7 +32,9 @@ from tenacity import (
 from relay.batch import BatchOutcome, KafkaUnavailable, publish_batch
 from relay.config import RelaySettings
 from relay.errors import LeaseLost, PublishFailed, RelayError, StoreUnavailable
+from relay.http import OpsServer, Probe
 from relay.leases import heartbeat
+from relay.metrics import RelayMetrics
 from relay.preflight import check_database
 from relay.publisher import KafkaPublisher, Publisher
 from relay.store import Store
@@ -61,6 +65,8 @@ class RelayStats:
     kafka_outages: int = 0
     store_errors: int = 0
     last_tick: float = field(default_factory=time.monotonic)
+    last_heartbeat_ok: float = 0.0  # monotonic time of the last successful lease round
+    kafka_ok: bool = False  # the producer started and the last batch reached Kafka
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -90,6 +96,8 @@ class RelayService:
         self.store = store or make_store(settings)
         self.publisher = publisher or KafkaPublisher(settings)
         self.stats = RelayStats()
+        self.metrics = RelayMetrics()
+        self.ops: OpsServer | None = None
         self._on_batch = on_batch
         self._stopping = asyncio.Event()
         self._workers: dict[int, _Worker] = {}
@@ -115,15 +123,22 @@ class RelayService:
         await self.store.open()
         try:
             await check_database(self.store, s)
+            if s.http_enabled:
+                self.ops = OpsServer(
+                    s.http_host, s.http_port, self.metrics.registry, self.healthz, self.readyz
+                )
+                await self.ops.start()
             await self._retry("kafka start", self.publisher.start)
             if self._stopping.is_set():
                 return
+            self.stats.kafka_ok = True
             log.info(
                 "relay started",
                 extra={"replica": s.replica_id, "shards": s.shard_count, "db": self.store.dialect},
             )
             self._spawn("leases", self._lease_loop)
             self._spawn("purge", self._purge_loop)
+            self._spawn("gauges", self._gauges_loop)
             if s.listen_notify and self.store.dialect == "postgres":
                 self._spawn("notify", self._notify_loop)
             await self._stopping.wait()
@@ -201,9 +216,11 @@ class RelayService:
                 log.warning("lease heartbeat failed", extra={"error": str(exc)})
                 await self._sleep(s.heartbeat_interval_s)
                 continue
-            self.stats.last_tick = time.monotonic()
+            self.stats.last_tick = self.stats.last_heartbeat_ok = time.monotonic()
+            self.metrics.replicas.set(len(changes.replicas))
             for shard in changes.lost:
                 self.stats.lease_losses += 1
+                self.metrics.losses.inc()
                 log.warning("lease lost; shard worker stopped", extra={"shard": shard})
                 self._drop_worker(shard, cancel=True)
             for shard in changes.to_release:
@@ -211,8 +228,10 @@ class RelayService:
             for shard, token in changes.acquired.items():
                 if token > 1:
                     self.stats.takeovers += 1
+                    self.metrics.takeovers.inc()
                 log.info("lease acquired", extra={"shard": shard, "token": token})
                 self._start_worker(shard, token)
+            self.metrics.leases_held.set(len(self._workers))
             await self._sleep(s.heartbeat_interval_s)
 
     def _start_worker(self, shard: int, token: int) -> None:
@@ -256,6 +275,7 @@ class RelayService:
                 outcome = await self._run_once_with_retry(shard, token, stop)
             except LeaseLost:
                 self.stats.lease_losses += 1
+                self.metrics.losses.inc()
                 log.warning("fenced write refused: lease lost", extra={"shard": shard})
                 if self._workers.get(shard) is not None and self._workers[shard].token == token:
                     del self._workers[shard]
@@ -284,6 +304,8 @@ class RelayService:
                 result = await self.run_once(shard, token)
             except KafkaUnavailable as exc:
                 self.stats.kafka_outages += 1
+                self.stats.kafka_ok = False
+                self.metrics.kafka_outages.inc()
                 if exc.error.fatal:
                     await self._recreate_publisher(self._publisher_generation)
                 raise
@@ -304,11 +326,7 @@ class RelayService:
         outcome = await publish_batch(
             shard, token, store=self.store, publisher=self.publisher, settings=self.settings
         )
-        self.stats.batches += 1
-        self.stats.published += outcome.published
-        self.stats.retried += outcome.retried
-        self.stats.parked += outcome.parked
-        self.stats.last_tick = time.monotonic()
+        self._observe(outcome)
         if outcome.parked:
             log.warning("rows parked", extra={"shard": shard, "count": outcome.parked})
         if outcome.fatal_producer_error:
@@ -317,12 +335,71 @@ class RelayService:
             self._on_batch(outcome)
         return outcome
 
+    def _observe(self, outcome: BatchOutcome) -> None:
+        st, m = self.stats, self.metrics
+        st.batches += 1
+        st.published += outcome.published
+        st.retried += outcome.retried
+        st.parked += outcome.parked
+        st.last_tick = time.monotonic()
+        if outcome.claimed:
+            m.batch_size.observe(outcome.claimed)
+        if outcome.published:
+            st.kafka_ok = True
+        for topic, count in outcome.published_by_topic.items():
+            m.published.labels(topic=topic).inc(count)
+        for reason, count in outcome.failures_by_reason.items():
+            m.failures.labels(reason=reason).inc(count)
+        if outcome.parked:
+            m.parked.inc(outcome.parked)
+        for latency in outcome.latencies_s:
+            m.latency.observe(latency)
+
+    # ------------------------------------------------------------------ health
+
+    def healthz(self) -> Probe:
+        """Alive: the loop is ticking (lease rounds or batches within a few heartbeats)."""
+        s = self.settings
+        quiet = time.monotonic() - self.stats.last_tick
+        limit = max(3 * s.heartbeat_interval_s, 10.0)
+        if quiet > limit:
+            return Probe(False, f"no loop tick for {quiet:.1f}s (limit {limit:.0f}s)")
+        return Probe(True, "ok")
+
+    def readyz(self) -> Probe:
+        """Ready: database and Kafka reachable, leases held or being waited for."""
+        s = self.settings
+        problems = []
+        since = time.monotonic() - self.stats.last_heartbeat_ok
+        if not self.stats.last_heartbeat_ok or since > s.lease_ttl_s:
+            problems.append("database: no successful lease round recently")
+        if not self.stats.kafka_ok:
+            problems.append("kafka: unreachable or not started")
+        if self._stopping.is_set():
+            problems.append("stopping")
+        if problems:
+            return Probe(False, "; ".join(problems))
+        return Probe(True, f"ok: {len(self._workers)} shard(s) held")
+
+    async def _gauges_loop(self) -> None:
+        s, m = self.settings, self.metrics
+        while not self._stopping.is_set():
+            try:
+                backlog = await self.store.backlog(s.shard_count)
+                m.pending.set(backlog.pending)
+                m.parked_rows.set(backlog.parked)
+                m.oldest_pending_age.set(backlog.oldest_pending_age_s)
+            except StoreUnavailable as exc:
+                log.debug("gauge refresh failed", extra={"error": str(exc)})
+            await self._sleep(s.gauges_interval_s)
+
     async def _recreate_publisher(self, seen_generation: int) -> None:
         async with self._publisher_lock:
             if seen_generation != self._publisher_generation:
                 return  # another worker already replaced it
             log.warning("kafka producer failed fatally; recreating it")
             self.stats.producer_recreations += 1
+            self.metrics.recreations.inc()
             await self._retry("kafka producer recreate", self.publisher.recreate)
             self._publisher_generation += 1
 
@@ -391,6 +468,8 @@ class RelayService:
             await self.store.replica_remove(s.replica_id)
         await self.publisher.stop()
         await self.store.close()
+        if self.ops is not None:
+            await self.ops.stop()
         log.info(
             "relay stopped", extra={"published": self.stats.published, "parked": self.stats.parked}
         )

@@ -52,6 +52,13 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Backlog:
+    pending: int
+    parked: int
+    oldest_pending_age_s: float
+
+
+@dataclass(frozen=True)
 class AppliedMigration:
     version: int
     name: str
@@ -102,3 +109,7 @@ class Store(Protocol):
     async def purge(
         self, retention_s: float, idempotency_retention_s: float, limit: int
     ) -> int: ...
+
+    async def backlog(self, shard_count: int) -> Backlog:
+        """Pending and parked counts and the oldest pending age, cheap enough to poll."""
+        ...

@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from producer_lib.queries import Dialect, query
 from relay.errors import LeaseLost, StoreUnavailable
-from relay.store import AppliedMigration, ClaimedRow, Failure, Lease, Policy, Settled
+from relay.store import AppliedMigration, Backlog, ClaimedRow, Failure, Lease, Policy, Settled
 
 Rows = list[tuple[Any, ...]]
 
@@ -123,6 +123,12 @@ class PostgresStore:
             Lease(int(s), o, int(t), bool(live))
             for s, o, t, live in await self._run("lease_list", {})
         ]
+
+    async def backlog(self, shard_count: int) -> Backlog:
+        pending, parked, oldest = (await self._run("outbox_backlog", {"shard_count": shard_count}))[
+            0
+        ]
+        return Backlog(int(pending), int(parked), float(oldest or 0.0))
 
     async def replica_heartbeat(self, owner: str, ttl_s: float) -> None:
         await self._run("replica_heartbeat", {"owner": owner, "ttl_s": ttl_s})

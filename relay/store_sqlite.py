@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from producer_lib.connect import SQLITE_BUSY_TIMEOUT_S
 from producer_lib.queries import Dialect, query
 from relay.errors import LeaseLost, StartupRefused, StoreUnavailable
-from relay.store import AppliedMigration, ClaimedRow, Failure, Lease, Policy, Settled
+from relay.store import AppliedMigration, Backlog, ClaimedRow, Failure, Lease, Policy, Settled
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
@@ -200,6 +200,13 @@ class SqliteStore:
     async def lease_list(self) -> list[Lease]:
         rows = await self._call(lambda: self._q("lease_list"), "lease_list")
         return [Lease(int(s), o, int(t), bool(live)) for s, o, t, live in rows]
+
+    async def backlog(self, shard_count: int) -> Backlog:
+        rows = await self._call(
+            lambda: self._q("outbox_backlog", {"shard_count": shard_count}), "outbox_backlog"
+        )
+        pending, parked, oldest = rows[0]
+        return Backlog(int(pending), int(parked), float(oldest or 0.0))
 
     async def replica_heartbeat(self, owner: str, ttl_s: float) -> None:
         params = {"owner": owner, "ttl_s": f"{ttl_s:.3f}"}

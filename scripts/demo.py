@@ -132,6 +132,7 @@ async def relay_until_drained(
         batch_size=batch_size,
         heartbeat_interval_s=0.5,
         lease_ttl_s=5,
+        http_port=0,
         log_level="WARNING",
     )
     service = RelayService(settings, on_batch=on_batch)

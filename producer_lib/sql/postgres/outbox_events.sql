@@ -154,3 +154,63 @@ WHERE id IN (
 
 -- name: outbox_shard_max
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
+
+-- name: outbox_backlog
+-- For gauges and `status`. The counts walk only the partial index of unpublished rows;
+-- the oldest pending row is found per shard through the same index, never by a scan.
+SELECT
+    (SELECT count(*) FROM outbox_events
+     WHERE published_at IS NULL AND status = 'pending'),
+    (SELECT count(*) FROM outbox_events
+     WHERE published_at IS NULL AND status = 'parked'),
+    (SELECT coalesce(extract(epoch FROM now() - min(o.created_at))::float8, 0)
+     FROM outbox_events o
+     WHERE o.id IN (
+         SELECT (SELECT min(e.id) FROM outbox_events e
+                 WHERE e.shard = s AND e.published_at IS NULL AND e.status = 'pending')
+         FROM generate_series(0, %(shard_count)s - 1) AS s
+     ));
+
+-- name: outbox_parked_list
+-- Operator view of parked rows; every filter is optional (NULL = any).
+SELECT id, event_id::text, topic, key, event_type, attempts, last_error,
+       extract(epoch FROM now() - created_at)::float8 AS age_s
+FROM outbox_events
+WHERE status = 'parked' AND published_at IS NULL
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+  AND (%(topic)s::text IS NULL OR topic = %(topic)s)
+  AND (%(key)s::text IS NULL OR key = %(key)s)
+  AND (%(error)s::text IS NULL OR strpos(last_error, %(error)s) > 0)
+  AND created_at <= now() - %(min_age_s)s * interval '1 second'
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: outbox_parked_retry
+-- Back to pending with a fresh set of attempts; last_error stays as history.
+UPDATE outbox_events
+SET status = 'pending', attempts = 0, available_at = now()
+WHERE status = 'parked' AND published_at IS NULL AND id = ANY(%(ids)s::bigint[])
+RETURNING id;
+
+-- name: outbox_parked_discard
+DELETE FROM outbox_events
+WHERE status = 'parked' AND published_at IS NULL AND id = ANY(%(ids)s::bigint[])
+RETURNING id;
+
+-- name: outbox_replay_list
+-- Retained published rows (retention=keep) chosen by ids or by publish time.
+SELECT id FROM outbox_events
+WHERE published_at IS NOT NULL
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+  AND (%(since)s::timestamptz IS NULL OR published_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR published_at < %(until)s::timestamptz)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: outbox_replay
+-- Makes retained rows pending again: the relay publishes them once more, with their
+-- original event_id (consumers that applied them skip them).
+UPDATE outbox_events
+SET published_at = NULL, status = 'pending', attempts = 0, available_at = now()
+WHERE published_at IS NOT NULL AND id = ANY(%(ids)s::bigint[])
+RETURNING id;

@@ -68,3 +68,51 @@ WHERE id IN (
 
 -- name: outbox_shard_max
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
+
+-- name: outbox_backlog
+SELECT
+    (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND status = 'pending'),
+    (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND status = 'parked'),
+    coalesce((SELECT (julianday('now') - julianday(min(created_at))) * 86400.0
+              FROM outbox_events WHERE published_at IS NULL AND status = 'pending'), 0)
+    + 0 * :shard_count;
+
+-- name: outbox_parked_list
+SELECT id, event_id, topic, key, event_type, attempts, last_error,
+       (julianday('now') - julianday(created_at)) * 86400.0 AS age_s
+FROM outbox_events
+WHERE status = 'parked' AND published_at IS NULL
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND (:topic IS NULL OR topic = :topic)
+  AND (:key IS NULL OR key = :key)
+  AND (:error IS NULL OR instr(last_error, :error) > 0)
+  AND created_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :min_age_s || ' seconds')
+ORDER BY id
+LIMIT :limit;
+
+-- name: outbox_parked_retry
+UPDATE outbox_events
+SET status = 'pending', attempts = 0, available_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE status = 'parked' AND published_at IS NULL AND id IN (SELECT value FROM json_each(:ids))
+RETURNING id;
+
+-- name: outbox_parked_discard
+DELETE FROM outbox_events
+WHERE status = 'parked' AND published_at IS NULL AND id IN (SELECT value FROM json_each(:ids))
+RETURNING id;
+
+-- name: outbox_replay_list
+SELECT id FROM outbox_events
+WHERE published_at IS NOT NULL
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND (:since IS NULL OR published_at >= :since)
+  AND (:until IS NULL OR published_at < :until)
+ORDER BY id
+LIMIT :limit;
+
+-- name: outbox_replay
+UPDATE outbox_events
+SET published_at = NULL, status = 'pending', attempts = 0,
+    available_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE published_at IS NOT NULL AND id IN (SELECT value FROM json_each(:ids))
+RETURNING id;

@@ -1,0 +1,180 @@
+"""Operator actions behind `outbox-relay status|parked|replay`: read and repair the outbox.
+
+Each action opens its own connection, runs named queries in one transaction and commits.
+Parked rows are not worked by any relay, so changing them needs no lease.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from producer_lib.connect import DatabaseUrl
+from producer_lib.drivers import run_step, sync_executor
+from producer_lib.plans import Step
+from producer_lib.queries import Dialect
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    shard: int
+    owner: str | None
+    token: int
+    live: bool
+
+
+@dataclass(frozen=True)
+class Status:
+    shard_count: int
+    pending: int
+    parked: int
+    oldest_pending_age_s: float
+    replicas: list[str]
+    leases: list[LeaseView]
+
+
+@dataclass(frozen=True)
+class ParkedRow:
+    id: int
+    event_id: str
+    topic: str
+    key: str
+    event_type: str
+    attempts: int
+    last_error: str | None
+    age_s: float
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """Which rows an action applies to; None means any. At least one criterion for writes."""
+
+    ids: list[int] | None = None
+    topic: str | None = None
+    key: str | None = None
+    error: str | None = None
+    min_age_s: float = 0.0
+    limit: int = 1000
+
+    @property
+    def narrowed(self) -> bool:
+        return bool(self.ids or self.topic or self.key or self.error or self.min_age_s)
+
+
+@dataclass(frozen=True)
+class Changed:
+    ids: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)  # asked for by id, not eligible
+
+
+class _Session:
+    def __init__(self, database_url: str) -> None:
+        self.db = DatabaseUrl.parse(database_url)
+        self.conn: Any = self.db.connect()
+        self.executor = sync_executor(self.conn)
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.db.dialect
+
+    def run(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        return run_step(self.executor, Step(name, params or {}))
+
+    def ids(self, ids: Sequence[int] | None) -> Any:
+        if ids is None:
+            return None
+        return list(ids) if self.dialect == "postgres" else json.dumps(list(ids))
+
+    def time(self, value: dt.datetime | None) -> Any:
+        if value is None or self.dialect == "postgres":
+            return value
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    def seconds(self, value: float) -> Any:
+        return value if self.dialect == "postgres" else f"{value:.3f}"
+
+    def __enter__(self) -> _Session:
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        try:
+            if kind is None:
+                self.conn.commit()
+            else:
+                self.conn.rollback()
+        finally:
+            self.conn.close()
+
+
+def status(database_url: str) -> Status:
+    with _Session(database_url) as s:
+        shard_count = int(s.run("setting_get", {"name": "shard_count"})[0][0])
+        pending, parked, oldest = s.run("outbox_backlog", {"shard_count": shard_count})[0]
+        leases = [LeaseView(int(a), b, int(c), bool(d)) for a, b, c, d in s.run("lease_list")]
+        replicas = [str(r[0]) for r in s.run("replica_list_live")]
+    return Status(shard_count, int(pending), int(parked), float(oldest or 0), replicas, leases)
+
+
+def _parked(s: _Session, f: RowFilter) -> list[ParkedRow]:
+    rows = s.run(
+        "outbox_parked_list",
+        {
+            "ids": s.ids(f.ids),
+            "topic": f.topic,
+            "key": f.key,
+            "error": f.error,
+            "min_age_s": s.seconds(f.min_age_s),
+            "limit": f.limit,
+        },
+    )
+    return [
+        ParkedRow(int(a), str(b), c, d, e, int(g), h, float(i)) for a, b, c, d, e, g, h, i in rows
+    ]
+
+
+def parked_list(database_url: str, f: RowFilter) -> list[ParkedRow]:
+    with _Session(database_url) as s:
+        return _parked(s, f)
+
+
+def _change(database_url: str, f: RowFilter, query_name: str) -> Changed:
+    with _Session(database_url) as s:
+        targets = [row.id for row in _parked(s, f)]
+        done = (
+            sorted(int(r[0]) for r in s.run(query_name, {"ids": s.ids(targets)})) if targets else []
+        )
+    missing = sorted(set(f.ids or []) - set(done))
+    return Changed(done, missing)
+
+
+def parked_retry(database_url: str, f: RowFilter) -> Changed:
+    return _change(database_url, f, "outbox_parked_retry")
+
+
+def parked_discard(database_url: str, f: RowFilter) -> Changed:
+    return _change(database_url, f, "outbox_parked_discard")
+
+
+def replay(
+    database_url: str,
+    *,
+    ids: list[int] | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    limit: int = 100_000,
+) -> Changed:
+    with _Session(database_url) as s:
+        chosen = s.run(
+            "outbox_replay_list",
+            {"ids": s.ids(ids), "since": s.time(since), "until": s.time(until), "limit": limit},
+        )
+        targets = [int(r[0]) for r in chosen]
+        done = (
+            sorted(int(r[0]) for r in s.run("outbox_replay", {"ids": s.ids(targets)}))
+            if targets
+            else []
+        )
+    return Changed(done, sorted(set(ids or []) - set(done)))

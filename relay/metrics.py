@@ -1,0 +1,74 @@
+"""The relay's Prometheus metrics, on a registry of its own (one per RelayService)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+class RelayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.published = Counter(
+            "outbox_relay_events_published",
+            "Events acked by Kafka and settled.",
+            ["topic"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "outbox_relay_publish_failures",
+            "Failed sends recorded on rows, by error class.",
+            ["reason"],
+            registry=r,
+        )
+        self.parked = Counter(
+            "outbox_relay_events_parked", "Rows parked by this relay.", registry=r
+        )
+        self.kafka_outages = Counter(
+            "outbox_relay_kafka_unavailable",
+            "Batches where every send failed with a transport error (not counted on rows).",
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "outbox_relay_batch_rows",
+            "Rows claimed per non-empty batch.",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "outbox_relay_commit_to_ack_seconds",
+            "Time from the row's creation (its transaction) to the Kafka ack.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.leases_held = Gauge(
+            "outbox_relay_leases_held", "Shards this replica holds.", registry=r
+        )
+        self.takeovers = Counter(
+            "outbox_relay_lease_takeovers", "Leases taken over from an expired holder.", registry=r
+        )
+        self.losses = Counter(
+            "outbox_relay_lease_losses", "Leases lost (expired or fenced).", registry=r
+        )
+        self.recreations = Counter(
+            "outbox_relay_producer_recreations",
+            "Kafka producers replaced after a fatal error.",
+            registry=r,
+        )
+        self.pending = Gauge(
+            "outbox_relay_pending_rows",
+            "Unpublished pending rows (refreshed periodically).",
+            registry=r,
+        )
+        self.parked_rows = Gauge(
+            "outbox_relay_parked_rows", "Parked rows (refreshed periodically).", registry=r
+        )
+        self.oldest_pending_age = Gauge(
+            "outbox_relay_oldest_pending_age_seconds",
+            "Age of the oldest unpublished pending row (refreshed periodically).",
+            registry=r,
+        )
+        self.replicas = Gauge("outbox_relay_replicas_live", "Live relay replicas seen.", registry=r)
