@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -67,6 +68,16 @@ def to_record(row: ClaimedRow, settings: RelaySettings) -> OutgoingRecord:
     )
 
 
+_REASON = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,63}$")
+
+
+def failure_reason(error: PublishFailed) -> str:
+    """The error's class ("KafkaTimeoutError", "RecordTooLarge"), a metric label: never the
+    free text after it, which varies per row and would grow the label set without bound."""
+    head = str(error).split(":", 1)[0].strip()
+    return head if _REASON.match(head) else "other"
+
+
 def backoff_s(attempts_before: int, settings: RelaySettings) -> float:
     """Exponential with jitter, from the attempts persisted on the row."""
     exponent = min(attempts_before, 1023)  # 2.0**1024 overflows a float (OverflowError)
@@ -113,7 +124,7 @@ async def publish_batch(
         ):
             # Known before sending: refuse it here so nothing later of its key goes out.
             errors[row.id] = PublishFailed(
-                f"record of {size} bytes exceeds kafka_max_request_size "
+                f"RecordTooLarge: record of {size} bytes exceeds kafka_max_request_size "
                 f"({settings.kafka_max_request_size})",
                 retriable=False,
             )
@@ -125,9 +136,12 @@ async def publish_batch(
     fatal = False
     for (row, _), item in zip(outgoing, handed, strict=True):
         if isinstance(item, PublishFailed):
+            fatal = fatal or item.fatal
+            if block and row.key in failed_keys:
+                held_back += 1  # refused behind an earlier failed row of its key: not charged
+                continue
             errors[row.id] = item
             failed_keys.add(row.key)
-            fatal = fatal or item.fatal
         else:
             acks.append((row, item))
     results = await asyncio.gather(*(ack for _, ack in acks), return_exceptions=True)
@@ -152,12 +166,16 @@ async def publish_batch(
                 )
             published.append(row.id)
             latencies.append(now - row.created_at)
-    if errors and not published and all(e.retriable for e in errors.values()):
-        # Kafka as a whole is unreachable: not the rows' fault, so no attempt is counted.
+    # A broken producer is not the rows' fault: they stay pending, uncharged. When nothing
+    # got through and every failure is the transport's, Kafka as a whole is away: nothing
+    # is charged and the shard backs off. A topic-level error (unknown topic) is charged to
+    # its rows even then, so a missing topic cannot hold the whole shard back.
+    charged = {i: e for i, e in errors.items() if not e.fatal}
+    if errors and not published and all(e.transport or e.fatal for e in errors.values()):
         raise KafkaUnavailable(next(iter(errors.values())))
     by_id = {row.id: row for row in rows}
     published_set = set(published)
-    failures = [_failure(by_id[i], err, settings) for i, err in errors.items()]
+    failures = [_failure(by_id[i], err, settings) for i, err in charged.items()]
     await store.settle(
         shard, settings.replica_id, token, published, failures, settings.retention == "keep"
     )
@@ -168,7 +186,7 @@ async def publish_batch(
             by_topic[row.topic] = by_topic.get(row.topic, 0) + 1
     reasons: dict[str, int] = {}
     for err in errors.values():
-        reason = str(err).split(":", 1)[0] or "unknown"
+        reason = failure_reason(err)
         reasons[reason] = reasons.get(reason, 0) + 1
     return BatchOutcome(
         shard=shard,

@@ -31,9 +31,18 @@ class StoreUnavailable(RelayError):
 
 
 class PublishFailed(RelayError):
-    """Kafka refused or could not take a record."""
+    """Kafka refused or could not take a record.
 
-    def __init__(self, message: str, *, retriable: bool, fatal: bool = False) -> None:
+    transport: the cluster or the connection failed, not this record (a timeout, a lost
+    connection, a leader election); such failures are never charged to the row. It
+    defaults to `retriable`: a retriable error is the transport's unless classified as
+    the topic's (an unknown topic is retriable, yet it is that row's problem).
+    """
+
+    def __init__(
+        self, message: str, *, retriable: bool, fatal: bool = False, transport: bool | None = None
+    ) -> None:
         super().__init__(message)
         self.retriable = retriable
         self.fatal = fatal  # the producer itself is broken and must be recreated
+        self.transport = retriable if transport is None else transport

@@ -33,6 +33,9 @@ _FATAL = (
 # aiokafka marks a batch that expired while the broker was away (KafkaTimeoutError) as
 # not retriable; for the relay it is the broker being unreachable, which is.
 _TRANSPORT = (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError)
+# Retriable, but about one topic: charged to its rows (with backoff, then parked) so that a
+# missing topic cannot hold a whole shard back.
+_TOPIC_LEVEL = (kafka_errors.UnknownTopicOrPartitionError, kafka_errors.NotEnoughReplicasError)
 
 
 class OutgoingRecord(NamedTuple):
@@ -60,7 +63,10 @@ class Publisher(Protocol):
 
     async def enqueue_batch(
         self, records: Sequence[OutgoingRecord]
-    ) -> list[Awaitable[None] | PublishFailed]: ...
+    ) -> list[Awaitable[None] | PublishFailed]:
+        """Per record, its ack or a PublishFailed. A refused record's later records of the
+        same key (same topic and partition) are refused too, never handed over behind it."""
+        ...
 
 
 def classify(exc: BaseException) -> PublishFailed:
@@ -73,6 +79,8 @@ def classify(exc: BaseException) -> PublishFailed:
         return PublishFailed(text, retriable=True, fatal=True)
     if isinstance(exc, _TRANSPORT):
         return PublishFailed(text, retriable=True)
+    if isinstance(exc, _TOPIC_LEVEL):
+        return PublishFailed(text, retriable=True, transport=False)
     if isinstance(exc, kafka_errors.KafkaError):
         return PublishFailed(text, retriable=bool(getattr(exc, "retriable", False)))
     if isinstance(exc, asyncio.TimeoutError | OSError):
@@ -159,7 +167,7 @@ class KafkaPublisher:
             groups.setdefault((record.topic, partition), []).append(i)
         for (topic, partition), indexes in groups.items():
             builder, members = producer.create_batch(), list[int]()
-            for i in indexes:
+            for n, i in enumerate(indexes):
                 record = records[i]
                 if (
                     builder.append(
@@ -167,24 +175,32 @@ class KafkaPublisher:
                     )
                     is None
                 ):
-                    await self._submit(producer, builder, topic, partition, members, results)
+                    refused = await self._submit(
+                        producer, builder, topic, partition, members, results
+                    )
+                    if refused is not None:
+                        # Nothing later of this partition may overtake the refused batch.
+                        for j in indexes[n:]:
+                            results[j] = refused
+                        break
                     builder, members = producer.create_batch(), list[int]()
                     builder.append(
                         timestamp=None, key=record.key, value=record.value, headers=record.headers
                     )
                 members.append(i)
-            await self._submit(producer, builder, topic, partition, members, results)
+            else:
+                await self._submit(producer, builder, topic, partition, members, results)
         return results
 
-    @staticmethod
     async def _submit(
+        self,
         producer: AIOKafkaProducer,
         builder: Any,
         topic: str,
         partition: int,
         members: list[int],
         results: list[Awaitable[None] | PublishFailed],
-    ) -> None:
+    ) -> PublishFailed | None:
         try:
             fut = await producer.send_batch(builder, topic, partition=partition)
         except BaseException as exc:
@@ -193,10 +209,15 @@ class KafkaPublisher:
             failed = classify(exc)
             for i in members:
                 results[i] = failed
-            return
-        shared = asyncio.ensure_future(_ack(fut))
+            return failed
+        # Every healthy batch is acked or expired by aiokafka within about two request
+        # timeouts; a batch appended while its producer was being stopped (recreated)
+        # is never sent nor failed, and its shard would wait for it forever.
+        limit_s = 3 * self._settings.kafka_request_timeout_ms / 1000
+        shared = asyncio.ensure_future(_ack(fut, limit_s))
         for i in members:
             results[i] = shared
+        return None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -207,9 +228,13 @@ def _key_slot(key: bytes) -> int:
     return int(murmur2(key)) & 0x7FFFFFFF
 
 
-async def _ack(fut: asyncio.Future[Any]) -> None:
+async def _ack(fut: asyncio.Future[Any], limit_s: float) -> None:
     try:
-        await fut
+        await asyncio.wait_for(fut, limit_s)
+    except TimeoutError:
+        raise PublishFailed(
+            f"no ack from Kafka within {limit_s:.0f}s", retriable=True, fatal=True
+        ) from None
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
             raise
@@ -223,8 +248,9 @@ FailureRule = Callable[[OutgoingRecord], PublishFailed | None]
 class MemoryPublisher:
     """In-memory test double: keeps what was acked, in ack order.
 
-    `refuse` raises at enqueue (like a record the producer rejects up front); `fail`
-    fails the ack (like a broker error). Both return None to let a record through.
+    `refuse` refuses a record at hand-over (like a batch the producer rejects up front;
+    later records of its key are refused with it); `fail` fails the ack (like a broker
+    error). Both return None to let a record through.
     """
 
     sent: list[OutgoingRecord] = field(default_factory=list)
@@ -247,9 +273,14 @@ class MemoryPublisher:
         self, records: Sequence[OutgoingRecord]
     ) -> list[Awaitable[None] | PublishFailed]:
         results: list[Awaitable[None] | PublishFailed] = []
+        refused_keys: dict[tuple[str, bytes], PublishFailed] = {}
         for record in records:
-            refused = self.refuse(record) if self.refuse else None
+            refused = refused_keys.get((record.topic, record.key))
+            if refused is None and self.refuse:
+                refused = self.refuse(record)
             if refused is not None:
+                # As KafkaPublisher: later records of a refused key are not handed over.
+                refused_keys[(record.topic, record.key)] = refused
                 results.append(refused)
             else:
                 results.append(self._ack(record, self.fail(record) if self.fail else None))

@@ -141,8 +141,8 @@ class PostgresStore:
 
     async def purge(self, retention_s: float, idempotency_retention_s: float, limit: int) -> int:
         removed = 0
-        async with self._pool.connection() as conn:
-            try:
+        try:
+            async with self._pool.connection(timeout=30) as conn:
                 cur = await conn.execute(
                     query("postgres", "outbox_purge_published"),
                     {"retention_s": retention_s, "limit": limit},
@@ -154,8 +154,8 @@ class PostgresStore:
                 )
                 removed += cur.rowcount
                 await conn.execute(query("postgres", "replica_purge_dead"), {})
-            except (psycopg.Error, OSError) as exc:
-                raise StoreUnavailable(f"purge: {_describe(exc)}") from exc
+        except Exception as exc:  # the pool's own errors (timeouts) too
+            raise StoreUnavailable(f"purge: {_describe(exc)}") from exc
         return removed
 
 

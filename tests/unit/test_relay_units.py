@@ -1,0 +1,248 @@
+"""The relay's pure parts: shard split, settings validation, backoff, error classification."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import traceback
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from aiokafka import errors as kafka_errors
+
+from relay.batch import backoff_s
+from relay.config import RelaySettings, load_settings
+from relay.errors import PublishFailed, RelayConfigError
+from relay.leases import fair_share
+from relay.publisher import KafkaPublisher, MemoryPublisher, OutgoingRecord, classify
+
+CANARY = "canary-pw-7f3a91"
+GOOD: dict[str, Any] = {
+    "database_url": f"postgresql://relay:{CANARY}@db.internal:5432/outbox",
+    "kafka_bootstrap_servers": "127.0.0.1:9092",
+}
+
+# ---------------------------------------------------------------------------- fair_share
+
+
+@pytest.mark.parametrize("members", [1, 2, 3, 5, 7, 16, 20])
+@pytest.mark.parametrize("shard_count", [1, 7, 16, 100])
+def test_fair_share_assigns_every_shard_once_and_evenly(members: int, shard_count: int) -> None:
+    live = [f"relay-{i}-{random.Random(i).random():.6f}" for i in range(members)]
+    shares = {me: fair_share(me, live, shard_count) for me in live}
+    assigned = [s for share in shares.values() for s in share]
+    assert sorted(assigned) == list(range(shard_count))  # each exactly once
+    sizes = [len(share) for share in shares.values()]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_fair_share_is_deterministic_whatever_the_order_of_the_membership() -> None:
+    live = ["relay-c", "relay-a", "relay-b"]
+    expected = {me: fair_share(me, live, 16) for me in live}
+    for order in itertools.permutations(live):
+        for me in live:
+            assert fair_share(me, [*order, order[0]], 16) == expected[me]  # duplicates too
+    assert expected["relay-a"] == {0, 3, 6, 9, 12, 15}
+
+
+def test_fair_share_counts_me_even_before_my_heartbeat_is_visible() -> None:
+    assert fair_share("relay-new", ["relay-a"], 4) | fair_share("relay-a", ["relay-new"], 4) == {
+        0,
+        1,
+        2,
+        3,
+    }
+    assert fair_share("relay-new", [], 4) == {0, 1, 2, 3}
+
+
+# ---------------------------------------------------------------------------- settings
+
+
+def test_good_settings_load() -> None:
+    settings = load_settings(**GOOD)
+    assert settings.kafka_acks == "all"
+    assert settings.kafka_enable_idempotence is True
+    assert settings.database.dialect == "postgres"
+
+
+@pytest.mark.parametrize(
+    ("override", "env"),
+    [
+        ({"kafka_acks": "1"}, "OUTBOX_KAFKA_ACKS"),
+        ({"kafka_acks": "0"}, "OUTBOX_KAFKA_ACKS"),
+        ({"kafka_enable_idempotence": False}, "OUTBOX_KAFKA_ENABLE_IDEMPOTENCE"),
+        ({"kafka_bootstrap_servers": "kafka.internal"}, "OUTBOX_KAFKA_BOOTSTRAP_SERVERS"),
+        ({"kafka_bootstrap_servers": "kafka:99999"}, "OUTBOX_KAFKA_BOOTSTRAP_SERVERS"),
+        ({"kafka_bootstrap_servers": " , "}, "OUTBOX_KAFKA_BOOTSTRAP_SERVERS"),
+        ({"database_url": f"mysql://relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
+        ({"database_url": f"postgresql:/relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
+        ({"database_url": f"relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
+        ({"heartbeat_interval_s": 6.0, "lease_ttl_s": 10.0}, "OUTBOX_HEARTBEAT_INTERVAL_S"),
+    ],
+)
+def test_bad_settings_name_the_variable_and_never_the_password(
+    override: dict[str, Any], env: str
+) -> None:
+    with pytest.raises(RelayConfigError) as info:
+        load_settings(**{**GOOD, **override})
+    text = str(info.value)
+    assert env in text
+    assert CANARY not in text
+    assert CANARY not in "".join(traceback.format_exception(info.value))
+    assert not info.value.retriable
+
+
+def test_bad_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", GOOD["database_url"])
+    monkeypatch.setenv("OUTBOX_KAFKA_BOOTSTRAP_SERVERS", GOOD["kafka_bootstrap_servers"])
+    assert load_settings().kafka_acks == "all"
+    monkeypatch.setenv("OUTBOX_KAFKA_ACKS", "1")
+    with pytest.raises(RelayConfigError, match="OUTBOX_KAFKA_ACKS") as info:
+        load_settings()
+    assert CANARY not in str(info.value)
+
+
+def test_kafka_topic_applies_the_map_then_the_prefix() -> None:
+    settings = load_settings(**GOOD, topic_prefix="prod.", topic_map={"orders": "sales.orders"})
+    assert settings.kafka_topic("orders") == "prod.sales.orders"
+    assert settings.kafka_topic("payments") == "prod.payments"
+
+
+# ---------------------------------------------------------------------------- backoff
+
+
+def _settings(**over: Any) -> RelaySettings:
+    return load_settings(**GOOD, **over)
+
+
+def test_backoff_doubles_with_jitter_and_stays_under_the_cap() -> None:
+    settings = _settings(backoff_base_s=0.5, backoff_max_s=300.0)
+    for attempts in range(40):
+        ceiling = min(300.0, 0.5 * 2**attempts)
+        samples = [backoff_s(attempts, settings) for _ in range(200)]
+        assert all(ceiling / 2 <= s <= ceiling for s in samples), attempts
+        assert max(samples) - min(samples) > 0  # jittered, not a fixed value
+
+
+@pytest.mark.parametrize("attempts", [1023, 1024, 5000, 10**9])
+def test_backoff_of_a_row_failing_for_very_long_is_the_cap(attempts: int) -> None:
+    settings = _settings(backoff_base_s=0.5, backoff_max_s=300.0, max_attempts=10**10)
+    assert 150.0 <= backoff_s(attempts, settings) <= 300.0
+
+
+# ---------------------------------------------------------------------------- classify
+
+
+def test_classify_kafka_timeout_is_retriable() -> None:
+    failed = classify(kafka_errors.KafkaTimeoutError())
+    assert (failed.retriable, failed.fatal) == (True, False)
+    assert "KafkaTimeoutError" in str(failed)
+
+
+def test_classify_message_too_large_is_not_retriable() -> None:
+    failed = classify(kafka_errors.MessageSizeTooLargeError())
+    assert (failed.retriable, failed.fatal) == (False, False)
+    assert "MessageSizeTooLargeError" in str(failed)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        kafka_errors.ProducerClosed(),
+        kafka_errors.ProducerFenced(),
+        kafka_errors.OutOfOrderSequenceNumber(),
+    ],
+)
+def test_classify_a_broken_producer_is_fatal(error: Exception) -> None:
+    failed = classify(error)
+    assert failed.fatal
+    assert failed.retriable  # the rows are not at fault: a new producer may send them
+
+
+def test_classify_other_errors() -> None:
+    assert classify(kafka_errors.KafkaConnectionError()).retriable
+    assert classify(kafka_errors.NotLeaderForPartitionError()).retriable
+    assert classify(TimeoutError()).retriable
+    assert classify(ConnectionResetError("reset")).retriable
+    assert not classify(ValueError("bad")).retriable
+    already = PublishFailed("as is", retriable=False)
+    assert classify(already) is already
+
+
+# ---------------------------------------------------------------------------- hand-over
+
+
+class _Builder:
+    """Stands in for aiokafka's BatchBuilder: holds two records, then is full."""
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []
+
+    def append(self, *, timestamp: None, key: bytes, value: bytes, headers: Any) -> object | None:
+        if len(self.keys) == 2:
+            return None
+        self.keys.append(key)
+        return object()
+
+
+class _Producer:
+    """Stands in for AIOKafkaProducer's batch API; refuses the first batch it is given."""
+
+    def __init__(self) -> None:
+        self.submitted: list[list[bytes]] = []
+        self.calls = 0
+
+        async def partitions(topic: str) -> set[int]:
+            return {0}
+
+        self.client = SimpleNamespace(_wait_on_metadata=partitions)
+
+    def create_batch(self) -> _Builder:
+        return _Builder()
+
+    async def send_batch(self, builder: _Builder, topic: str, *, partition: int) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise kafka_errors.KafkaTimeoutError()
+        self.submitted.append(builder.keys)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+async def test_kafka_publisher_hands_nothing_over_behind_a_refused_batch() -> None:
+    publisher = KafkaPublisher(_settings())
+    producer = _Producer()
+    cast(Any, publisher)._producer = producer
+    records = [OutgoingRecord("orders", b"k", str(i).encode(), []) for i in range(5)]
+
+    results = await publisher.enqueue_batch(records)
+    assert producer.submitted == []  # the later batches of the partition would overtake it
+    assert all(isinstance(r, PublishFailed) and r.retriable for r in results)
+    assert "KafkaTimeoutError" in str(results[4])
+
+
+async def test_memory_publisher_refuses_later_records_of_a_refused_key() -> None:
+    def refuse_first(record: OutgoingRecord) -> PublishFailed | None:
+        return PublishFailed("full", retriable=True) if record.value == b"1" else None
+
+    publisher = MemoryPublisher(refuse=refuse_first)
+    records = [
+        OutgoingRecord("orders", b"a", b"1", []),
+        OutgoingRecord("orders", b"b", b"2", []),
+        OutgoingRecord("orders", b"a", b"3", []),
+        OutgoingRecord("payments", b"a", b"4", []),
+    ]
+    results = await publisher.enqueue_batch(records)
+    assert [isinstance(r, PublishFailed) for r in results] == [True, False, True, False]
+    await asyncio.gather(*(r for r in results if not isinstance(r, PublishFailed)))
+    assert [r.value for r in publisher.sent] == [b"2", b"4"]
+
+
+def test_classify_a_missing_topic_is_the_rows_not_the_transports() -> None:
+    failed = classify(kafka_errors.UnknownTopicOrPartitionError())
+    assert failed.retriable
+    assert not failed.transport
+    assert classify(kafka_errors.KafkaTimeoutError()).transport
