@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from relay.config import field_help  # noqa: E402
+from relay.config import field_help
 
 
 def table() -> str:
