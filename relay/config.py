@@ -5,7 +5,6 @@ Every field is documented here; `outbox-relay run --help` prints the same text.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -19,6 +18,7 @@ from producer_lib.connect import DatabaseUrl
 from producer_lib.errors import ConfigurationError
 from producer_lib.sharding import MAX_SHARDS
 from relay.errors import RelayConfigError
+from relay.kafka_security import KafkaSecurity, KafkaSecurityError, read_secret
 
 ENV_PREFIX = "OUTBOX_"
 
@@ -43,6 +43,40 @@ class RelaySettings(BaseSettings):
     kafka_enable_idempotence: bool = Field(
         default=True,
         description="Idempotent producer. Must stay on: it keeps per-partition order on retry.",
+    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] | None = (
+        Field(
+            default=None,
+            description="SSL or SASL_SSL; PLAINTEXT or SASL_PLAINTEXT only when chosen explicitly. Required.",
+        )
+    )
+    kafka_ssl_cafile: str | None = Field(
+        default=None, description="PEM file of the CA that signed the brokers' certificates."
+    )
+    kafka_ssl_certfile: str | None = Field(
+        default=None, description="PEM client certificate (mutual TLS)."
+    )
+    kafka_ssl_keyfile: str | None = Field(
+        default=None, description="PEM key of the client certificate."
+    )
+    kafka_ssl_key_password: SecretStr | None = Field(
+        default=None, description="Password of the client key (prefer the _file setting)."
+    )
+    kafka_ssl_key_password_file: str | None = Field(
+        default=None, description="File holding the client key's password."
+    )
+    kafka_ssl_check_hostname: bool = Field(
+        default=True, description="Verify that the broker certificate names the host connected to."
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="SASL mechanism for SASL_SSL / SASL_PLAINTEXT."
+    )
+    kafka_sasl_username: str | None = Field(default=None, description="SASL username.")
+    kafka_sasl_password: SecretStr | None = Field(
+        default=None, description="SASL password (prefer kafka_sasl_password_file)."
+    )
+    kafka_sasl_password_file: str | None = Field(
+        default=None, description="File holding the SASL password (a mounted secret)."
     )
     kafka_client_id: str = Field(default="outbox-relay", description="Kafka client.id.")
     kafka_max_request_size: int = Field(
@@ -193,6 +227,36 @@ class RelaySettings(BaseSettings):
         return ",".join(hosts)
 
     @model_validator(mode="after")
+    def _kafka_security(self) -> RelaySettings:
+        try:
+            self.kafka_security.check()
+        except KafkaSecurityError as exc:
+            raise ValueError(
+                f"Kafka security (OUTBOX_KAFKA_SECURITY_PROTOCOL, OUTBOX_KAFKA_SSL_*, "
+                f"OUTBOX_KAFKA_SASL_*): {exc}"
+            ) from None
+        return self
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        """The security settings with secrets resolved (files win over inline values)."""
+        sasl = self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else None
+        key = (
+            self.kafka_ssl_key_password.get_secret_value() if self.kafka_ssl_key_password else None
+        )
+        return KafkaSecurity(
+            protocol=self.kafka_security_protocol,
+            ssl_cafile=self.kafka_ssl_cafile,
+            ssl_certfile=self.kafka_ssl_certfile,
+            ssl_keyfile=self.kafka_ssl_keyfile,
+            ssl_key_password=read_secret(key, self.kafka_ssl_key_password_file, "SSL key password"),
+            ssl_check_hostname=self.kafka_ssl_check_hostname,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=read_secret(sasl, self.kafka_sasl_password_file, "SASL password"),
+        )
+
+    @model_validator(mode="after")
     def _intervals(self) -> RelaySettings:
         if self.heartbeat_interval_s * 2 > self.lease_ttl_s:
             raise ValueError(
@@ -208,13 +272,13 @@ class RelaySettings(BaseSettings):
 
     def secrets(self) -> list[str]:
         """Secret values to keep out of every log line and traceback."""
-        from urllib.parse import urlsplit
+        from relay.logs import url_secrets
 
-        url = self.database_url.get_secret_value()
-        found = [url]
-        with contextlib.suppress(ValueError):
-            found.append(urlsplit(url).password or "")
-        return [s for s in found if s]
+        security = self.kafka_security
+        return [
+            *url_secrets(self.database_url.get_secret_value()),
+            *(s for s in (security.sasl_password, security.ssl_key_password) if s),
+        ]
 
     @property
     def database(self) -> DatabaseUrl:

@@ -106,6 +106,7 @@ class KafkaPublisher:
             compression_type=None
             if s.kafka_compression_type == "none"
             else s.kafka_compression_type,
+            **s.kafka_security.client_options(),
             # Kafka's default batch.size. The broker judges a record batch as a whole
             # against the topic's max.message.bytes and aiokafka never splits a rejected
             # batch, so a larger batch could fail every record in it on a topic with a

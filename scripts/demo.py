@@ -133,6 +133,7 @@ async def relay_until_drained(
         heartbeat_interval_s=0.5,
         lease_ttl_s=5,
         http_port=0,
+        kafka_security_protocol="PLAINTEXT",  # the local demo broker
         log_level="WARNING",
     )
     service = RelayService(settings, on_batch=on_batch)

@@ -22,6 +22,7 @@ CANARY = "canary-pw-7f3a91"
 GOOD: dict[str, Any] = {
     "database_url": f"postgresql://relay:{CANARY}@db.internal:5432/outbox",
     "kafka_bootstrap_servers": "127.0.0.1:9092",
+    "kafka_security_protocol": "PLAINTEXT",
 }
 
 # ---------------------------------------------------------------------------- fair_share
@@ -97,6 +98,7 @@ def test_bad_settings_name_the_variable_and_never_the_password(
 def test_bad_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OUTBOX_DATABASE_URL", GOOD["database_url"])
     monkeypatch.setenv("OUTBOX_KAFKA_BOOTSTRAP_SERVERS", GOOD["kafka_bootstrap_servers"])
+    monkeypatch.setenv("OUTBOX_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
     assert load_settings().kafka_acks == "all"
     monkeypatch.setenv("OUTBOX_KAFKA_ACKS", "1")
     with pytest.raises(RelayConfigError, match="OUTBOX_KAFKA_ACKS") as info:
