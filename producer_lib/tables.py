@@ -72,11 +72,11 @@ Index(
 )
 
 Index(
-    "outbox_events_key_idx",
+    "outbox_events_blocking_idx",
     outbox_events.c.shard,
     outbox_events.c.key,
     outbox_events.c.id,
-    postgresql_where=outbox_events.c.published_at.is_(None),
+    postgresql_where=text("published_at IS NULL AND (status = 'parked' OR attempts > 0)"),
 )
 
 outbox_idempotency = Table(

@@ -84,6 +84,14 @@ class RelaySettings(BaseSettings):
         ge=1024,
         description="Largest record batch sent in bytes; larger events are parked at once.",
     )
+    kafka_max_batch_bytes: int = Field(
+        default=16_384,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Record batch size per partition (Kafka's batch.size). Larger sends more per "
+        "round trip, but keep it below every topic's max.message.bytes: the broker refuses a "
+        "batch as a whole.",
+    )
     kafka_linger_ms: int = Field(
         default=5, ge=0, le=1000, description="Producer linger before a batch is sent (ms)."
     )

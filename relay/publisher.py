@@ -112,7 +112,7 @@ class KafkaPublisher:
             # batch, so a larger batch could fail every record in it on a topic with a
             # smaller limit (parking rows of unrelated keys). A record larger than this
             # goes alone in its own batch, so a size rejection names exactly that record.
-            max_batch_size=16 * 1024,
+            max_batch_size=s.kafka_max_batch_bytes,
         )
 
     async def start(self) -> None:

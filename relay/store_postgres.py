@@ -24,10 +24,17 @@ class PostgresStore:
 
     def __init__(self, url: str, *, max_connections: int = 8) -> None:
         self._url = url
-        self._pool = AsyncConnectionPool(
+        self._pool = self._make_pool(url, max_connections)
+        # Leases, membership and gauges have their own connections: when claims are slow
+        # they must not queue behind the shard workers, or every lease expires at once.
+        self._control = self._make_pool(url, 2)
+
+    @staticmethod
+    def _make_pool(url: str, size: int) -> AsyncConnectionPool[Any]:
+        return AsyncConnectionPool(
             url,
             min_size=1,
-            max_size=max_connections,
+            max_size=size,
             kwargs={"autocommit": True},
             # A restarted server leaves dead connections in the pool; check before use.
             check=AsyncConnectionPool.check_connection,
@@ -38,20 +45,21 @@ class PostgresStore:
     async def open(self) -> None:
         try:
             await self._pool.open(wait=True, timeout=30)
+            await self._control.open(wait=True, timeout=30)
         except Exception as exc:
             raise StoreUnavailable(f"cannot connect to Postgres: {_describe(exc)}") from exc
 
     async def close(self) -> None:
         await self._pool.close()
+        await self._control.close()
 
-    async def _run(self, name: str, params: Mapping[str, Any]) -> Rows:
+    async def _run(self, name: str, params: Mapping[str, Any], *, control: bool = False) -> Rows:
+        pool = self._control if control else self._pool
         try:
-            async with self._pool.connection(timeout=30) as conn:
+            async with pool.connection(timeout=30) as conn:
                 cur = await conn.execute(query("postgres", name), params)
                 return list(await cur.fetchall()) if cur.description else []
-        except (psycopg.Error, OSError) as exc:
-            raise StoreUnavailable(f"{name}: {_describe(exc)}") from exc
-        except Exception as exc:  # pool timeouts and the like
+        except Exception as exc:  # driver, network and pool (timeout) errors alike
             raise StoreUnavailable(f"{name}: {_describe(exc)}") from exc
 
     async def migrations(self) -> list[AppliedMigration]:
@@ -103,7 +111,9 @@ class PostgresStore:
         return Settled(int(published), int(failed))
 
     async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None:
-        rows = await self._run("lease_acquire", {"shard": shard, "owner": owner, "ttl_s": ttl_s})
+        rows = await self._run(
+            "lease_acquire", {"shard": shard, "owner": owner, "ttl_s": ttl_s}, control=True
+        )
         return int(rows[0][0]) if rows else None
 
     async def lease_renew(self, owner: str, held: Mapping[int, int], ttl_s: float) -> set[int]:
@@ -112,47 +122,50 @@ class PostgresStore:
         rows = await self._run(
             "lease_renew",
             {"owner": owner, "shards": list(held), "tokens": list(held.values()), "ttl_s": ttl_s},
+            control=True,
         )
         return {int(r[0]) for r in rows}
 
     async def lease_release(self, shard: int, owner: str, token: int) -> None:
-        await self._run("lease_release", {"shard": shard, "owner": owner, "token": token})
+        await self._run(
+            "lease_release", {"shard": shard, "owner": owner, "token": token}, control=True
+        )
 
     async def lease_list(self) -> list[Lease]:
         return [
             Lease(int(s), o, int(t), bool(live))
-            for s, o, t, live in await self._run("lease_list", {})
+            for s, o, t, live in await self._run("lease_list", {}, control=True)
         ]
 
     async def backlog(self, shard_count: int) -> Backlog:
-        pending, parked, oldest = (await self._run("outbox_backlog", {"shard_count": shard_count}))[
-            0
-        ]
+        pending, parked, oldest = (
+            await self._run("outbox_backlog", {"shard_count": shard_count}, control=True)
+        )[0]
         return Backlog(int(pending), int(parked), float(oldest or 0.0))
 
     async def replica_heartbeat(self, owner: str, ttl_s: float) -> None:
-        await self._run("replica_heartbeat", {"owner": owner, "ttl_s": ttl_s})
+        await self._run("replica_heartbeat", {"owner": owner, "ttl_s": ttl_s}, control=True)
 
     async def replica_list_live(self) -> list[str]:
-        return [str(r[0]) for r in await self._run("replica_list_live", {})]
+        return [str(r[0]) for r in await self._run("replica_list_live", {}, control=True)]
 
     async def replica_remove(self, owner: str) -> None:
-        await self._run("replica_remove", {"owner": owner})
+        await self._run("replica_remove", {"owner": owner}, control=True)
 
     async def purge(self, retention_s: float, idempotency_retention_s: float, limit: int) -> int:
         removed = 0
         try:
-            async with self._pool.connection(timeout=30) as conn:
+            async with self._control.connection(timeout=30) as conn:
                 cur = await conn.execute(
                     query("postgres", "outbox_purge_published"),
                     {"retention_s": retention_s, "limit": limit},
                 )
-                removed += cur.rowcount
+                removed += int(cur.rowcount)
                 cur = await conn.execute(
                     query("postgres", "idempotency_purge"),
                     {"retention_s": idempotency_retention_s, "limit": limit},
                 )
-                removed += cur.rowcount
+                removed += int(cur.rowcount)
                 await conn.execute(query("postgres", "replica_purge_dead"), {})
         except Exception as exc:  # the pool's own errors (timeouts) too
             raise StoreUnavailable(f"purge: {_describe(exc)}") from exc

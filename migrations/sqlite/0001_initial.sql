@@ -29,8 +29,8 @@ CREATE INDEX outbox_events_unpublished_idx ON outbox_events (shard, id)
     WHERE published_at IS NULL;
 CREATE INDEX outbox_events_published_idx ON outbox_events (published_at)
     WHERE published_at IS NOT NULL;
-CREATE INDEX outbox_events_key_idx ON outbox_events (shard, key, id)
-    WHERE published_at IS NULL;
+CREATE INDEX outbox_events_blocking_idx ON outbox_events (shard, key, id)
+    WHERE published_at IS NULL AND (status = 'parked' OR attempts > 0);
 
 CREATE TABLE outbox_idempotency (
     scope TEXT NOT NULL,

@@ -68,6 +68,7 @@ WHERE e.shard = %(shard)s
       SELECT 1 FROM outbox_events b
       WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
         AND b.published_at IS NULL
+        AND (b.status = 'parked' OR b.attempts > 0)
         AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
   )
 ORDER BY e.id

@@ -1,0 +1,39 @@
+-- Least-privilege grants for the three parts of the outbox, Postgres. Not a migration:
+-- run it once after `outbox-relay migrate`, as the owner of the outbox tables, naming
+-- the login role of each part with psql variables:
+--
+--   psql "$OWNER_URL" -v ON_ERROR_STOP=1 -v producer_role=orders_app \
+--        -v relay_role=outbox_relay -v consumer_role=billing_consumer -f grants.sql
+--
+-- Each part's block can also be run alone (copy it, or see how
+-- tests/integration/test_least_privilege.py runs the named blocks one by one). The tables
+-- are unqualified, as the migrations create them: in the first schema of the owner's
+-- search_path (public unless you changed it). No part needs DDL at run time; schema
+-- changes (`outbox-relay migrate`) need the owner. outbox_events.id is an identity
+-- column: inserting needs no privilege on its sequence. docs/security.md explains every
+-- grant.
+
+-- name: grants_producer
+-- producer_lib, in your service's transactions: insert events, remember idempotency
+-- keys, read the shard count once per Outbox. It never reads, changes or deletes events.
+GRANT USAGE ON SCHEMA public TO :"producer_role";
+GRANT SELECT ON outbox_settings TO :"producer_role";
+GRANT INSERT ON outbox_events TO :"producer_role";
+GRANT SELECT, INSERT ON outbox_idempotency TO :"producer_role";
+
+-- name: grants_relay
+-- outbox-relay run: claim, settle (delete or mark) and retain events, leases and
+-- membership, purge old idempotency keys; start-up checks read the migrations and the
+-- shard count. The operator commands (status, parked, replay) need the same grants.
+GRANT USAGE ON SCHEMA public TO :"relay_role";
+GRANT SELECT ON outbox_settings, outbox_schema_migrations TO :"relay_role";
+GRANT SELECT, UPDATE, DELETE ON outbox_events TO :"relay_role";
+GRANT SELECT, INSERT, UPDATE ON outbox_relay_leases TO :"relay_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay_replicas TO :"relay_role";
+GRANT SELECT, DELETE ON outbox_idempotency TO :"relay_role";
+
+-- name: grants_consumer
+-- consumer_lib: record (group, event_id) in the handler's transaction, purge old rows.
+-- Grant the consumer's own business tables separately; it never sees the outbox.
+GRANT USAGE ON SCHEMA public TO :"consumer_role";
+GRANT SELECT, INSERT, DELETE ON processed_events TO :"consumer_role";
