@@ -128,6 +128,8 @@ class RelayService:
                     s.http_host, s.http_port, self.metrics.registry, self.healthz, self.readyz
                 )
                 await self.ops.start()
+            # The backlog gauges matter most while Kafka is away, start-up included.
+            self._spawn("gauges", self._gauges_loop)
             await self._retry("kafka start", self.publisher.start)
             if self._stopping.is_set():
                 return
@@ -138,7 +140,6 @@ class RelayService:
             )
             self._spawn("leases", self._lease_loop)
             self._spawn("purge", self._purge_loop)
-            self._spawn("gauges", self._gauges_loop)
             if s.listen_notify and self.store.dialect == "postgres":
                 self._spawn("notify", self._notify_loop)
             await self._stopping.wait()
@@ -175,6 +176,9 @@ class RelayService:
         """Transport retries: exponential backoff with jitter, retriable errors only."""
 
         def log_retry(state: RetryCallState) -> None:
+            # Retrying is the loop at work: /healthz stays green while Kafka is away at
+            # start-up (liveness must not restart a relay for a broker outage).
+            self.stats.last_tick = time.monotonic()
             exc = state.outcome.exception() if state.outcome else None
             log.warning(
                 f"{what} failed; retrying",
@@ -300,6 +304,9 @@ class RelayService:
 
         async def once() -> None:
             nonlocal result
+            # The producer this attempt uses: a failure seen after another worker already
+            # replaced it must not replace the new one too.
+            generation = self._publisher_generation
             try:
                 result = await self.run_once(shard, token)
             except KafkaUnavailable as exc:
@@ -307,7 +314,7 @@ class RelayService:
                 self.stats.kafka_ok = False
                 self.metrics.kafka_outages.inc()
                 if exc.error.fatal:
-                    await self._recreate_publisher(self._publisher_generation)
+                    await self._recreate_publisher(generation)
                 raise
             except StoreUnavailable:
                 self.stats.store_errors += 1
@@ -358,10 +365,12 @@ class RelayService:
     # ------------------------------------------------------------------ health
 
     def healthz(self) -> Probe:
-        """Alive: the loop is ticking (lease rounds or batches within a few heartbeats)."""
+        """Alive: the loops tick (lease rounds, batches, retries) at least every
+        max(3 heartbeats, 30s). A Kafka or database outage does not fail it."""
         s = self.settings
         quiet = time.monotonic() - self.stats.last_tick
-        limit = max(3 * s.heartbeat_interval_s, 10.0)
+        # Retry waits reach 10s (tenacity, max=10) plus the attempt itself: 30s is no false alarm.
+        limit = max(3 * s.heartbeat_interval_s, 30.0)
         if quiet > limit:
             return Probe(False, f"no loop tick for {quiet:.1f}s (limit {limit:.0f}s)")
         return Probe(True, "ok")

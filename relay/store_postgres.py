@@ -56,7 +56,9 @@ class PostgresStore:
     async def _run(self, name: str, params: Mapping[str, Any], *, control: bool = False) -> Rows:
         pool = self._control if control else self._pool
         try:
-            async with pool.connection(timeout=30) as conn:
+            # Control calls fail fast while the server is away, so a heartbeat round
+            # reports it within seconds instead of queueing past the lease.
+            async with pool.connection(timeout=5 if control else 30) as conn:
                 cur = await conn.execute(query("postgres", name), params)
                 return list(await cur.fetchall()) if cur.description else []
         except Exception as exc:  # driver, network and pool (timeout) errors alike

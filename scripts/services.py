@@ -36,8 +36,14 @@ CACHE = Path(os.environ.get("OUTBOX_CACHE_DIR", _DEFAULT_CACHE))
 RUN = CACHE / "run"
 
 PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "55432"))
+# Extra server options appended to the defaults, e.g. "-c wal_level=logical" (the relay
+# benchmark runs its own cluster with it for Debezium). They apply when the script starts
+# the server; a running server keeps the options it was started with.
+PG_EXTRA_OPTIONS = os.environ.get("OUTBOX_PG_OPTIONS", "").strip()
 PG_USER = "outbox"
-PG_PASSWORD = "outbox"
+PG_PASSWORD = (
+    "outbox-local-dev"  # trust auth locally; distinct so log redaction does not mask "outbox"
+)
 PG_DB = "outbox"
 DEFAULT_DATABASE_URL = f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{PG_PORT}/{PG_DB}"
 
@@ -188,6 +194,8 @@ def pg_up() -> str:
             f"-p {PG_PORT} -k {P.pg_data} -c listen_addresses=127.0.0.1"
             " -c max_connections=300 -c track_commit_timestamp=on"
         )
+        if PG_EXTRA_OPTIONS:
+            opts += f" {PG_EXTRA_OPTIONS}"
         res = run(
             as_postgres(
                 [

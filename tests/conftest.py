@@ -52,9 +52,11 @@ async def new_topic(kafka_bootstrap: str) -> AsyncIterator[TopicFactory]:
     """Creates Kafka topics private to this test; deletes them afterwards."""
     made: list[str] = []
 
-    async def make(prefix: str = "t", partitions: int = 1) -> str:
+    async def make(
+        prefix: str = "t", partitions: int = 1, configs: dict[str, str] | None = None
+    ) -> str:
         name = kafka_support.unique_topic_name(prefix)
-        await kafka_support.create_topics(kafka_bootstrap, [name], partitions)
+        await kafka_support.create_topics(kafka_bootstrap, [name], partitions, configs)
         made.append(name)
         return name
 

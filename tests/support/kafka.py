@@ -29,12 +29,20 @@ def unique_topic_name(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-async def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None:
+async def create_topics(
+    bootstrap: str, names: list[str], partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
+    """configs: topic-level settings, e.g. {"max.message.bytes": "20000"}."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics(
-            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+            [
+                NewTopic(
+                    n, num_partitions=partitions, replication_factor=1, topic_configs=configs or {}
+                )
+                for n in names
+            ]
         )
         # Topic creation is asynchronous on the broker: wait until metadata shows leaders.
         deadline = time.monotonic() + 30

@@ -33,6 +33,8 @@ FAST: dict[str, Any] = {
     "backoff_max_s": 2.0,
     "shutdown_grace_s": 10.0,
     "kafka_request_timeout_ms": 10_000,
+    "http_port": 0,  # any free port: many relays run side by side in tests
+    "kafka_security_protocol": "PLAINTEXT",  # the test broker; production must choose
 }
 
 

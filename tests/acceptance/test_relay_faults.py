@@ -1,0 +1,679 @@
+"""The relay's guarantees under faults, on real Postgres and real Kafka, relays as processes.
+
+Each scenario commits events (writer threads that remember what committed, what rolled
+back and what was lost at COMMIT) while relays run as `python -m relay.cli run`
+subprocesses configured by OUTBOX_* variables, injects a fault, and judges the topic as a
+deduplicating consumer would: every committed event delivered, nothing else, per-key
+order by first occurrence. On Postgres every relay change to an outbox row is audited
+with the writer's replica id and the lease holder of that moment (fencing).
+
+Scenarios that stop the broker or the database run only where scripts/services manages
+them (OUTBOX_SERVICES_MANAGED=1, set by scripts/test) and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from producer_lib import Event, Outbox
+from tests.conftest import TopicFactory
+from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.faults import (
+    RelayFleet,
+    Writers,
+    audit_violations,
+    delivery_problems,
+    fetch,
+    install_settle_audit,
+    judge_log,
+    leases,
+    named_relay_env,
+    scalar,
+    service_down,
+    settled_by,
+    until,
+    wait_split,
+)
+from tests.support.kafka import read_topic
+from tests.support.relay import (
+    ROOT,
+    expected_from_db,
+    judge,
+    judge_topic,
+    relay_env,
+    wait_drained,
+)
+from tests.support.services import managed_services
+from tests.support.transactions import sync_tx
+
+pytestmark = pytest.mark.integration
+
+NOT_MANAGED = (
+    "stops and starts a server: needs OUTBOX_SERVICES_MANAGED=1 (scripts/test sets it when "
+    "scripts/services runs Postgres and Kafka); skipped so that servers this run does not own "
+    "are never stopped"
+)
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Backend:
+    """A private, migrated Postgres database with the settle audit installed."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    install_settle_audit(backend)
+    return backend
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[RelayFleet]:
+    relays = RelayFleet(tmp_path)
+    yield relays
+    relays.kill_all()
+
+
+def require_managed_services() -> None:
+    if not managed_services():
+        pytest.skip(NOT_MANAGED)
+
+
+def parked_rows(backend: Backend) -> list[tuple[Any, ...]]:
+    return backend.fetch("outbox_parked")
+
+
+def assert_clean(verdict_problems: list[str], backend: Backend, fleet: RelayFleet) -> None:
+    assert verdict_problems == [], f"{verdict_problems}\n{fleet.logs()}"
+    violations = audit_violations(backend)
+    assert violations == [], f"rows settled without the lease: {violations[:5]}"
+
+
+def stop_all(fleet: RelayFleet) -> dict[str, int]:
+    """SIGTERM every relay still running; each must drain and exit 0."""
+    codes = {n: p.terminate(60) for n, p in fleet.procs.items() if p.proc.poll() is None}
+    assert all(c == 0 for c in codes.values()), f"exit codes {codes}\n{fleet.logs()}"
+    return codes
+
+
+# --------------------------------------------------------------------------- 1. replicas
+
+
+async def test_replicas_rebalance_and_deliver_everything_in_order(
+    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    topic = await new_topic("replicas", partitions=4)
+
+    def start(name: str) -> None:
+        fleet.start(name, named_relay_env(pg, kafka_bootstrap, name, batch_size=100))
+
+    splits: list[dict[str | None, int]] = []
+    with Writers(pg, topic, threads=2, keys=100, seed=1, pause_between_s=0.02) as writers:
+        start("r1")
+        splits.append((await wait_split(pg, ["r1"])).split())
+        await writers.wait_committed(200)
+        start("r2")
+        start("r3")
+        three = await wait_split(pg, ["r1", "r2", "r3"])
+        splits.append(three.split())
+        await asyncio.sleep(3)
+        assert fleet.procs["r2"].terminate(60) == 0, fleet.procs["r2"].log()
+        two = await wait_split(pg, ["r1", "r3"])
+        splits.append(two.split())
+        moved = [s for s, o in three.owners.items() if o == "r2"]
+        # r2's shards were released and taken over: a new token on each.
+        assert all(two.tokens[s] > three.tokens[s] for s in moved), (three.tokens, two.tokens)
+        start("r4")
+        splits.append((await wait_split(pg, ["r1", "r3", "r4"])).split())
+        await asyncio.sleep(3)
+        log = writers.stop()
+    await wait_drained(pg, 60)
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert len(log.committed) > 1000, "too little traffic to prove anything"
+    assert log.rolled_back, "no transaction rolled back"
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    # Every replica worked shards during the run, as the lease table said.
+    assert set(settled_by(pg)) == {"r1", "r2", "r3", "r4"}, settled_by(pg)
+    # Graceful hand-overs finish the batch before releasing: duplicates only after a lost lease.
+    if verdict.duplicates:
+        assert "lease lost" in fleet.logs(), f"{verdict.duplicates} duplicates without a lost lease"
+    print(f"splits {splits}; committed {len(log.committed)}; duplicates {verdict.duplicates}")
+
+
+# --------------------------------------------------------------------------- 2. SIGKILL
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+async def test_sigkill_at_random_points_loses_nothing(
+    pg: Backend,
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    fleet: RelayFleet,
+    full_size: bool,
+) -> None:
+    kills = 200 if full_size else 20
+    batch_size = 50
+    topic = await new_topic("sigkill", partitions=3)
+    rng = random.Random(20)
+
+    def env(name: str) -> dict[str, str]:
+        # A new process is a new replica: it waits for the killed one's leases to expire.
+        return named_relay_env(pg, kafka_bootstrap, name, batch_size=batch_size, lease_ttl_s=2.0)
+
+    killed: list[str] = []
+    with Writers(
+        pg,
+        topic,
+        threads=2,
+        keys=100,
+        seed=2,
+        pause_between_s=0.02,
+        max_events=kills * 2000,  # never reached at this rate: writers run through every kill
+        max_seconds=kills * 8 + 120,
+    ) as writers:
+        deadline = time.monotonic() + kills * 8
+        for i in range(kills):
+            assert time.monotonic() < deadline, f"only {i} kills in the time allowed"
+            name = f"k{i:03d}"
+            proc = fleet.start(name, env(name))
+            if rng.random() < 0.3:
+                # Anywhere, start-up included.
+                await asyncio.sleep(rng.uniform(0.2, 3.0))
+            else:
+                # While it works: once it holds shards (after the last one's leases expired).
+                await until(
+                    lambda name=name: name in leases(pg).owners.values(),  # type: ignore[misc]
+                    30,
+                    f"{name} to take shards",
+                    interval=0.1,
+                )
+                await asyncio.sleep(rng.uniform(0.0, 2.5))
+            assert proc.proc.poll() is None, f"{name} exited by itself:\n{proc.log()[-3000:]}"
+            proc.kill()
+            killed.append(name)
+        fleet.start("final", env("final"))
+        await wait_split(pg, ["final"])  # once the killed ones' leases have expired
+        assert writers.running, "the writers stopped before the kills did"
+        log = writers.stop()
+    await wait_drained(pg, 120)
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert len(log.committed) > 1000, "too little traffic to prove anything"
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    worked = [n for n in settled_by(pg) if n in killed]
+    # Kills landed while relays were working, not only before they got going.
+    assert len(worked) >= kills // 3, f"only {len(worked)} of {kills} killed relays published"
+    assert verdict.duplicates <= kills * batch_size, (verdict.duplicates, kills, batch_size)
+    print(
+        f"kills {kills}; killed relays that published {len(worked)}; committed "
+        f"{len(log.committed)}; records {verdict.records}; duplicates {verdict.duplicates}"
+    )
+
+
+# --------------------------------------------------------------------------- 3. zombie
+
+
+async def test_paused_relay_is_fenced_after_takeover(
+    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    topic = await new_topic("zombie", partitions=3)
+    ttl = 3.0
+
+    def env(name: str, **over: Any) -> dict[str, str]:
+        # retention=keep: a settle updates its rows even when already published, so the
+        # audit sees any settle the zombie makes, not only those that still find rows.
+        return named_relay_env(
+            pg, kafka_bootstrap, name, batch_size=20, lease_ttl_s=ttl, retention="keep", **over
+        )
+
+    cycles: list[tuple[float, list[str]]] = []  # per pause: takeover time, zombie's lease lines
+    with Writers(pg, topic, threads=2, keys=50, seed=3, pause_between_s=0.01) as writers:
+        # A long linger keeps the zombie's batches in flight most of the time, so a pause
+        # usually lands between claim and settle: on resume it tries a stale settle.
+        zombie = fleet.start("zombie", env("zombie", kafka_linger_ms=100))
+        await wait_split(pg, ["zombie"])
+        await writers.wait_committed(100)
+        fleet.start("b", env("b"))
+        for _ in range(3):  # until a resumed settle was refused (usually the first pause)
+            before = await wait_split(pg, ["b", "zombie"])
+            held = {s: before.tokens[s] for s, o in before.owners.items() if o == "zombie"}
+            await asyncio.sleep(1.0)
+            zombie.signal(signal.SIGSTOP)
+            stopped_at = time.monotonic()
+
+            def taken_over(held: dict[int, int] = held) -> bool:
+                view = leases(pg)
+                return all(view.owners[s] == "b" and view.tokens[s] > t for s, t in held.items())
+
+            await until(taken_over, ttl * 4 + 10, "b to take over the paused relay's shards")
+            took_s = time.monotonic() - stopped_at
+            assert took_s >= ttl * 0.8, f"shards moved after {took_s:.1f}s, before expiry"
+            committed_while_paused = writers.committed
+            await asyncio.sleep(2.0)  # b delivers alone while the zombie sleeps
+            assert writers.committed > committed_while_paused
+            mark = len(zombie.log())
+            zombie.signal(signal.SIGCONT)
+            await until(
+                lambda mark=mark: "lease lost" in zombie.log()[mark:],  # type: ignore[misc]
+                20,
+                "the resumed relay to see its lease lost",
+            )
+            await asyncio.sleep(0.5)
+            lines = [ln for ln in zombie.log()[mark:].splitlines() if "lease" in ln]
+            cycles.append((took_s, lines))
+            if any("fenced write refused" in ln for ln in lines):
+                break
+        await wait_split(pg, ["b", "zombie"])  # it rejoins under new tokens
+        await asyncio.sleep(1.0)
+        log = writers.stop()
+    await wait_drained(pg, 60)
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    assert any("fenced write refused" in ln for ln in cycles[-1][1]), (
+        f"the resumed relay never tried a stale settle: {cycles}"
+    )
+    assert "zombie" in settled_by(pg)
+    print(
+        f"pauses {len(cycles)}; takeover after {[round(t, 1) for t, _ in cycles]}s; "
+        f"zombie after SIGCONT: {[ln[25:100] for ln in cycles[-1][1]][:5]}; "
+        f"duplicates {verdict.duplicates}"
+    )
+
+
+# --------------------------------------------------------------------------- 4. Kafka down
+
+
+async def test_broker_outage_loses_nothing_and_parks_nothing(
+    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    require_managed_services()
+    topic = await new_topic("outage", partitions=3)
+    with Writers(pg, topic, threads=1, keys=100, seed=4, pause_between_s=0.02) as writers:
+        relay = fleet.start("r", named_relay_env(pg, kafka_bootstrap, "r", batch_size=100))
+        await wait_split(pg, ["r"])
+        await writers.wait_committed(300)
+        await until(lambda: settled_by(pg).get("r", 0) > 100, 30, "the relay to publish")
+        before = writers.committed
+        t0 = time.monotonic()
+        with service_down("kafka"):
+            await asyncio.sleep(20)
+            assert relay.proc.poll() is None, relay.log()[-3000:]
+            during = writers.committed - before
+        outage_s = time.monotonic() - t0
+        assert during > 100, "events must keep being committed during the outage"
+        await asyncio.sleep(3)
+        log = writers.stop()
+    await wait_drained(pg, 120)
+    assert relay.proc.poll() is None, "the relay must resume by itself, not exit"
+    assert "batch failed; retrying" in relay.log(), "the outage never reached the relay"
+    assert parked_rows(pg) == []
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    print(
+        f"broker away {outage_s:.0f}s; committed during it {during}; total "
+        f"{len(log.committed)}; duplicates {verdict.duplicates}"
+    )
+
+
+# --------------------------------------------------------------------------- 5. Postgres down
+
+
+async def test_database_restart_loses_nothing(
+    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    require_managed_services()
+    topic = await new_topic("dbrestart", partitions=3)
+    with Writers(pg, topic, threads=2, keys=100, seed=5, pause_between_s=0.02) as writers:
+        relay = fleet.start("r", named_relay_env(pg, kafka_bootstrap, "r", batch_size=100))
+        await wait_split(pg, ["r"])
+        await writers.wait_committed(300)
+        t0 = time.monotonic()
+        with service_down("postgres"):
+            await asyncio.sleep(4)
+        restart_s = time.monotonic() - t0
+        assert relay.proc.poll() is None, relay.log()[-3000:]
+        before = writers.committed
+        await asyncio.sleep(5)
+        assert writers.committed > before, "writers must commit again after the restart"
+        log = writers.stop()
+    await wait_drained(pg, 120)
+    assert relay.proc.poll() is None, "the relay must resume by itself, not exit"
+    noticed = ("heartbeat failed", "batch failed; retrying", "lease lost")
+    assert any(n in relay.log() for n in noticed), "the restart never reached the relay"
+    assert parked_rows(pg) == []
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    assert log.errors > 0, "the writers never saw the database go away"
+    print(
+        f"database away {restart_s:.0f}s; writer errors {log.errors}; commits lost at COMMIT "
+        f"{len(log.uncertain)}; committed {len(log.committed)}; duplicates {verdict.duplicates}"
+    )
+
+
+# --------------------------------------------------------------------------- 6. commit order
+
+
+async def test_out_of_order_commits_are_neither_skipped_nor_stalled(
+    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    topic = await new_topic("ooo", partitions=3)
+    relay = fleet.start("r", named_relay_env(pg, kafka_bootstrap, "r", batch_size=50))
+    await wait_split(pg, ["r"])
+    oldest: list[float] = []
+    with Writers(
+        pg,
+        topic,
+        threads=12,
+        keys=60,
+        seed=6,
+        events_per_tx=(1, 3),
+        rollback_rate=0.05,
+        pause_before_commit_s=(0.0, 0.5),
+        pause_between_s=0.0,
+    ) as writers:
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            oldest.append(float(scalar(pg, "oldest_unpublished_age_s")))
+            await asyncio.sleep(0.5)
+        log = writers.stop()
+    t0 = time.monotonic()
+    await wait_drained(pg, 20)
+    drain_s = time.monotonic() - t0
+    assert relay.proc.poll() is None
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert len(log.committed) > 500, log.transactions
+    assert len(log.rolled_back) > 10, log.transactions
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    # Nothing waits behind a slow transaction: the oldest committed row stays young.
+    assert max(oldest) < 10, f"a committed row waited {max(oldest):.1f}s"
+    print(
+        f"committed {len(log.committed)}, rolled back {len(log.rolled_back)}; oldest pending "
+        f"row max {max(oldest):.2f}s; drained {drain_s:.1f}s after the writers stopped"
+    )
+
+
+# --------------------------------------------------------------------------- 7. poison rows
+
+
+@pytest.mark.parametrize("policy", ["block_key", "skip"])
+async def test_oversized_rows_are_parked_without_blocking_other_keys(
+    policy: str, pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    limit = 20_000
+    topic = await new_topic("poison", partitions=2, configs={"max.message.bytes": str(limit)})
+    poison_keys = ["P0", "P1", "P2"]
+    big = {"blob": "x" * (limit + 10_000)}  # over the topic's limit, far below the producer's
+    outbox = Outbox()
+
+    def commit(events: list[Event]) -> list[str]:
+        with sync_tx(pg, "driver") as conn:
+            return [str(e) for e in outbox.emit_batch(conn, events)]
+
+    def normal(n: int, tag: str) -> list[Event]:
+        return [Event(topic, f"n-{i % 20}", "Normal", {"tag": tag, "i": i}) for i in range(n)]
+
+    commit(
+        normal(60, "a")
+        + [Event(topic, k, "Before", {"i": i}) for k in poison_keys for i in range(2)]
+    )
+    big_ids = commit([Event(topic, k, "Big", big) for k in poison_keys] + normal(20, "b"))[:3]
+    later_ids = commit(
+        [Event(topic, k, "After", {"i": i}) for k in poison_keys for i in range(3)]
+        + normal(60, "c")
+    )[:9]
+    commit(normal(60, "d"))
+    expected = expected_from_db(pg)
+    all_ids = {e for ids in expected.values() for e in ids}
+
+    fleet.start(
+        "r",
+        named_relay_env(
+            pg,
+            kafka_bootstrap,
+            "r",
+            batch_size=100,
+            failure_policy=policy,
+            retention="keep",
+            max_attempts=5,
+            backoff_base_s=0.1,
+            backoff_max_s=0.3,
+            # A rejected batch breaks the idempotent producer (it is recreated); a batch
+            # caught in that is given up after 3 request timeouts: keep those short.
+            kafka_request_timeout_ms=3000,
+        ),
+    )
+    held_back = 9 if policy == "block_key" else 0
+
+    def settled() -> bool:
+        return len(parked_rows(pg)) == 3 and pg.scalar("outbox_unpublished_pending") == held_back
+
+    def state() -> str:
+        rows = [r for r in fetch(pg, "row_states") if r[2] != "pending" or r[3] or not r[4]]
+        return f"rows not plainly published: {[(*r[:5], r[5][:80]) for r in rows]}\n{fleet.logs()}"
+
+    await until(settled, 60, f"3 parked rows and {held_back} held back", state=state)
+    await asyncio.sleep(2)  # and it stays so
+    states = {row[0]: row for row in fetch(pg, "row_states")}
+    stop_all(fleet)
+
+    id_of = {str(r[1]): r[0] for r in pg.fetch("outbox_rows")}
+    parked = parked_rows(pg)
+    assert sorted(r[0] for r in parked) == sorted(id_of[e] for e in big_ids), parked
+    for _, key, attempts, error in parked:
+        assert key in poison_keys
+        assert attempts >= 1
+        assert re.search(r"too.?large", error, re.IGNORECASE), error
+    later = [states[id_of[e]] for e in later_ids]
+    if policy == "block_key":
+        # Held back behind their parked row (tried at most alongside it, never published).
+        assert all(not pub and status == "pending" for _, _, status, _, pub, _ in later), later
+    else:
+        assert all(pub for *_, pub, _ in later), later
+
+    records = await read_topic(kafka_bootstrap, topic, timeout=60)
+    verdict = judge(records, expected)
+    should_arrive = all_ids - set(big_ids) - (set(later_ids) if policy == "block_key" else set())
+    assert verdict.delivered == should_arrive, (
+        f"missing {len(should_arrive - verdict.delivered)}, "
+        f"unexpected {len(verdict.delivered - should_arrive)}\n{fleet.logs()}"
+    )
+    if policy == "block_key":
+        ordered = set(expected)
+    else:
+        # skip lets later rows overtake a failed one: order is promised only for keys
+        # none of whose rows ever failed.
+        ordered = {key for key in expected} - {row[1] for row in states.values() if row[3]}
+    ordered_expected = {k: v for k, v in expected.items() if k in ordered}
+    violations = judge(records, ordered_expected).order_violations
+    if violations:
+        key = violations[0].split("'")[1]
+        arrived = [
+            (r.partition, r.offset, (r.header("event_id") or b"").decode()[:8])
+            for r in records
+            if r.key == key.encode()
+        ]
+        rows = [(r[0], r[2], r[3], r[5][:50]) for r in states.values() if r[1] == key]
+        pytest.fail(f"{violations}\narrived {arrived}\nrows {rows}\n{fleet.logs()}")
+    assert verdict.duplicates == 0
+    print(
+        f"{policy}: ordered keys {len(ordered)}/{len(expected)}; parked {[(k, a, e[:60]) for _, k, a, e in parked]}"
+    )
+
+
+# --------------------------------------------------------------------------- 8. bad config
+
+CANARY = "canary-Secret-7f3a9c"
+
+
+@dataclass(frozen=True)
+class BadConfig:
+    name: str
+    over: dict[str, Any]
+    says: list[str]  # fragments stderr must contain
+    migrate: bool = True
+    forge_migration: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+BAD_CONFIGS = [
+    BadConfig("acks=1", {"kafka_acks": "1"}, ["OUTBOX_KAFKA_ACKS", "unsafe"]),
+    BadConfig(
+        "idempotence off",
+        {"kafka_enable_idempotence": False},
+        ["OUTBOX_KAFKA_ENABLE_IDEMPOTENCE", "unsafe"],
+    ),
+    BadConfig(
+        "malformed bootstrap",
+        {"kafka_bootstrap_servers": "127.0.0.1;9092"},
+        ["OUTBOX_KAFKA_BOOTSTRAP_SERVERS", "host:port"],
+    ),
+    BadConfig(
+        "mysql url",
+        {"database_url": f"mysql://outbox:{CANARY}@127.0.0.1:3306/outbox"},
+        ["OUTBOX_DATABASE_URL", "mysql"],
+    ),
+    BadConfig(
+        "unknown schema version",
+        {},
+        ["refusing to start", "9999", "upgrade the relay"],
+        forge_migration=True,
+    ),
+    BadConfig(
+        "shard count mismatch", {"shard_count": 8}, ["refusing to start", "shard_count", "8", "16"]
+    ),
+    BadConfig(
+        "unmigrated database", {}, ["refusing to start", "outbox-relay migrate"], migrate=False
+    ),
+]
+
+
+def with_password(url: str, password: str) -> str:
+    parts = urlsplit(url)
+    user = parts.username or "outbox"
+    host = parts.hostname or "127.0.0.1"
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}:{parts.port or 5432}"))
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS, ids=lambda c: c.name)
+async def test_bad_configuration_exits_2_and_touches_nothing(
+    case: BadConfig, pg_url: str, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic("badcfg")
+    backend = postgres_backend(pg_url)
+    if case.migrate:
+        backend.migrate()
+        with sync_tx(backend, "driver") as conn:
+            Outbox().emit(conn, topic=topic, key="k", event_type="E", payload={"n": 1})
+    if case.forge_migration:
+        backend.execute("migration_forge")
+    # The server trusts local connections: the canary password reaches a real database.
+    secret = postgres_backend(with_password(pg_url, CANARY))
+    env = relay_env(secret, kafka_bootstrap, **case.over)
+    t0 = time.monotonic()
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "relay.cli", "run"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - t0
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    for fragment in case.says:
+        assert fragment in done.stderr, f"{fragment!r} not in {done.stderr!r}"
+    assert "Traceback" not in out, out
+    assert CANARY not in out, "the database password was printed"
+    if case.migrate:
+        assert scalar(backend, "lease_count") == 0
+        assert fetch(backend, "replica_owners") == []
+        assert scalar(backend, "rows_touched") == 0
+        assert backend.scalar("outbox_unpublished_pending") == 1
+    else:
+        assert scalar(backend, "public_table_count") == 0, "the relay created tables"
+    assert await read_topic(kafka_bootstrap, topic) == []
+    print(f"{case.name}: exit 2 in {took:.1f}s: {done.stderr.strip().splitlines()[-1][:150]}")
+
+
+# --------------------------------------------------------------------------- 9. SQLite
+
+
+async def test_sqlite_refuses_a_second_relay_while_the_first_delivers(
+    tmp_path: Path, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    backend = sqlite_backend(tmp_path / "outbox.sqlite3")
+    backend.migrate()
+    topic = await new_topic("sqlite", partitions=2)
+    outbox = Outbox()
+    rng = random.Random(9)
+
+    def write(n: int) -> None:
+        for start in range(0, n, 10):
+            with sync_tx(backend, "driver") as conn:
+                outbox.emit_batch(
+                    conn,
+                    [
+                        Event(topic, f"key-{rng.randrange(20)}", "E", {"i": start + j})
+                        for j in range(10)
+                    ],
+                )
+
+    env = relay_env(backend, kafka_bootstrap, retention="keep", replica_id="first")
+    first = fleet.start("first", env)
+    await until(lambda: "relay started" in first.log(), 30, "the first relay to start")
+    await asyncio.to_thread(write, 300)
+
+    second_env = relay_env(backend, kafka_bootstrap, retention="keep", replica_id="second")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "relay.cli", "run"],
+        env=second_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "another relay is already running" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert first.proc.poll() is None
+
+    await asyncio.to_thread(write, 300)
+    await wait_drained(backend, 60)
+    assert fetch(backend, "replica_owners") == [("first",)]
+    owners = {row[1] for row in backend.fetch("lease_rows")}
+    assert owners == {"first"}, owners
+    stop_all(fleet)
+
+    expected = expected_from_db(backend)
+    verdict = await judge_topic(kafka_bootstrap, topic, expected)
+    all_ids = [e for ids in expected.values() for e in ids]
+    assert len(all_ids) == 600
+    assert verdict.missing(all_ids) == set()
+    assert verdict.unexpected(all_ids) == set()
+    assert verdict.order_violations == []
+    assert verdict.duplicates == 0
