@@ -1,0 +1,86 @@
+"""The database ceiling of bench/relay_compare.py: the relay's statements without Kafka.
+
+The same PostgresStore the relay uses (its pool of 8 connections, autocommit), one task
+per shard as the relay runs one worker per held shard, each looping: claim a batch
+(`outbox_claim_batch`, block_key policy) and settle it at once as published
+(`outbox_settle_delete`, fenced by the shard's lease), until every shard comes back
+empty. Nothing is sent anywhere: this is how fast Postgres lets the rows be claimed and
+deleted with these statements on this machine.
+
+    .venv/bin/python -m bench.ceiling --database-url URL [--batch-size 500]
+
+Prints one JSON line: first claim and last settle (epoch seconds), rows settled, and
+this process's CPU seconds and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+from collections.abc import Sequence
+
+from relay.store_postgres import PostgresStore
+
+OWNER = "bench-ceiling"
+
+
+async def drain(url: str, batch_size: int) -> dict[str, float]:
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        shards = await store.shard_count()
+        tokens: dict[int, int] = {}
+        for shard in range(shards):
+            token = await store.lease_acquire(shard, OWNER, 600.0)
+            if token is None:
+                raise RuntimeError(f"shard {shard} is leased by someone else")
+            tokens[shard] = token
+        first: list[float] = []
+        cpu_first: list[float] = []
+        settled = 0
+
+        async def worker(shard: int) -> None:
+            nonlocal settled
+            while True:
+                rows = await store.claim(shard, batch_size, "block_key")
+                if not rows:
+                    return
+                if not first:
+                    first.append(time.time())
+                    cpu_first.append(time.process_time())
+                await store.settle(shard, OWNER, tokens[shard], [r.id for r in rows], [], False)
+                settled += len(rows)
+
+        await asyncio.gather(*(worker(s) for s in range(shards)))
+        done = time.time()
+        cpu_done = time.process_time()
+        for shard, token in tokens.items():
+            await store.lease_release(shard, OWNER, token)
+    finally:
+        await store.close()
+    return {
+        "first": first[0] if first else done,
+        "done": done,
+        "settled": settled,
+        "cpu_active_s": cpu_done - (cpu_first[0] if cpu_first else cpu_done),
+        "cpu_total_s": cpu_done,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--database-url", required=True)
+    p.add_argument("--batch-size", type=int, default=500)
+    args = p.parse_args(argv)
+    result = asyncio.run(drain(args.database_url, args.batch_size))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

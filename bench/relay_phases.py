@@ -1,0 +1,208 @@
+"""Where a relay batch spends its time: claim, hand to Kafka, wait for acks, settle.
+
+Runs the relay in this process (RelayService, default settings) over the same kind of
+backlog as bench/relay_compare.py, with its store and publisher wrapped in timers; each
+shard worker is its own task, so a context variable follows one batch through claim,
+enqueue and settle. Prints, per phase, the median and mean milliseconds per batch and the
+share of a batch's wall time.
+
+    .venv/bin/python bench/relay_phases.py [--events 100000] [--services bench|env]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextvars
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.relay_compare import (
+    BENCH_CACHE,
+    BENCH_KAFKA_PORT,
+    BENCH_PG_PORT,
+    TOPIC,
+    TopicCounter,
+    build_template,
+    copy_database,
+    create_topic,
+    delete_topics,
+    drop_database,
+    load_backlog,
+    loadavg,
+    say,
+    start_services,
+)
+from relay.config import RelaySettings, load_settings
+from relay.errors import PublishFailed
+from relay.publisher import KafkaPublisher, OutgoingRecord
+from relay.service import RelayService
+from relay.store import ClaimedRow, Failure, Policy, Settled
+from relay.store_postgres import PostgresStore
+
+_BATCH: contextvars.ContextVar[dict[str, float]] = contextvars.ContextVar("batch")
+_WAITERS: set[asyncio.Future[None]] = set()
+PHASES = ("claim", "to Kafka", "acks", "between", "settle")
+
+
+class TimedStore:
+    def __init__(self, inner: PostgresStore, batches: list[dict[str, float]]) -> None:
+        self._inner = inner
+        self._batches = batches
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]:
+        t0 = time.perf_counter()
+        rows = await self._inner.claim(shard, limit, policy)
+        _BATCH.set({"t0": t0, "t1": time.perf_counter(), "rows": float(len(rows))})
+        return rows
+
+    async def settle(
+        self,
+        shard: int,
+        owner: str,
+        token: int,
+        published_ids: Sequence[int],
+        failures: Sequence[Failure],
+        keep: bool,
+    ) -> Settled:
+        batch = _BATCH.get()
+        batch["t4"] = time.perf_counter()
+        settled = await self._inner.settle(shard, owner, token, published_ids, failures, keep)
+        batch["t5"] = time.perf_counter()
+        self._batches.append(batch)
+        return settled
+
+
+class TimedPublisher:
+    def __init__(self, inner: KafkaPublisher) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def enqueue_batch(
+        self, records: Sequence[OutgoingRecord]
+    ) -> list[Awaitable[None] | PublishFailed]:
+        batch = _BATCH.get()
+        batch["t2"] = time.perf_counter()
+        handed = await self._inner.enqueue_batch(records)
+        batch["t3"] = time.perf_counter()
+        pending = [h for h in handed if not isinstance(h, PublishFailed)]
+
+        async def last_ack() -> None:
+            await asyncio.gather(*pending, return_exceptions=True)
+            batch["t3a"] = time.perf_counter()
+
+        waiter = asyncio.ensure_future(last_ack())
+        _WAITERS.add(waiter)
+        waiter.add_done_callback(_WAITERS.discard)
+        return handed
+
+
+def summarize(batches: list[dict[str, float]]) -> list[str]:
+    spans: dict[str, list[float]] = {p: [] for p in PHASES}
+    walls: list[float] = []
+    for b in batches:
+        if not {"t0", "t1", "t2", "t3", "t4", "t5"} <= b.keys():
+            continue
+        acked = b.get("t3a", b["t4"])
+        spans["claim"].append(b["t1"] - b["t0"])
+        spans["to Kafka"].append(b["t3"] - b["t2"])
+        spans["acks"].append(acked - b["t3"])
+        spans["between"].append((b["t2"] - b["t1"]) + (b["t4"] - acked))
+        spans["settle"].append(b["t5"] - b["t4"])
+        walls.append(b["t5"] - b["t0"])
+    total = sum(walls)
+    lines = [
+        "| phase | median ms / batch | mean ms / batch | share of batch time |",
+        "|---|---:|---:|---:|",
+    ]
+    for phase in PHASES:
+        values = spans[phase]
+        lines.append(
+            f"| {phase} | {statistics.median(values) * 1000:.1f} | "
+            f"{statistics.fmean(values) * 1000:.1f} | {sum(values) / total:.0%} |"
+        )
+    lines.append(
+        f"| whole batch | {statistics.median(walls) * 1000:.1f} | "
+        f"{statistics.fmean(walls) * 1000:.1f} | 100% |"
+    )
+    return lines
+
+
+async def run(args: argparse.Namespace) -> int:
+    services = start_services(args)
+    run_id = uuid.uuid4().hex[:8]
+    backlog = build_template(services, run_id, args.events, 1000, 1)
+    name = f"bench_{run_id}_phases"
+    url = copy_database(services, backlog, name)
+    prefix = f"bench.{run_id}.phases."
+    topic = prefix + TOPIC
+    batches: list[dict[str, float]] = []
+    try:
+        await create_topic(services.bootstrap, topic, args.partitions)
+        load_backlog(url, backlog.events)
+        overrides: dict[str, Any] = {"http_enabled": False} if args.no_http else {}
+        if "kafka_security_protocol" in RelaySettings.model_fields:
+            overrides["kafka_security_protocol"] = "PLAINTEXT"
+        settings = load_settings(
+            database_url=url,
+            kafka_bootstrap_servers=services.bootstrap,
+            topic_prefix=prefix,
+            **overrides,
+        )
+        service = RelayService(
+            settings,
+            store=TimedStore(PostgresStore(url), batches),
+            publisher=TimedPublisher(KafkaPublisher(settings)),
+        )
+        before = loadavg()
+        started = time.perf_counter()
+        task = asyncio.create_task(service.run())
+        async with TopicCounter(services.bootstrap, topic, args.partitions) as counter:
+            for _ in range(36_000):  # 30 minutes at most
+                if await counter.count() >= backlog.events:
+                    break
+                await asyncio.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        service.stop()
+        await task
+    finally:
+        drop_database(services, name)
+        drop_database(services, backlog.template)
+        await delete_topics(services.bootstrap, [topic])
+    full = [b for b in batches if b.get("rows", 0) > 0]
+    say(
+        f"{backlog.events:,} events in {elapsed:.1f}s from start ({backlog.events / elapsed:,.0f}/s), "
+        f"{len(full)} batches, median {statistics.median(b['rows'] for b in full):.0f} rows; "
+        f"load {before} -> {loadavg()}"
+    )
+    print("\n".join(summarize(full)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--events", type=int, default=100_000)
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--services", choices=["bench", "env"], default="bench")
+    p.add_argument("--cache-dir", default=str(BENCH_CACHE))
+    p.add_argument("--pg-port", type=int, default=BENCH_PG_PORT)
+    p.add_argument("--kafka-port", type=int, default=BENCH_KAFKA_PORT)
+    p.add_argument("--no-http", action="store_true", help="turn the relay's ops endpoint off")
+    return asyncio.run(run(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
