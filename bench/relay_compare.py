@@ -64,7 +64,6 @@ from bench import procstat
 from bench.emit_overhead import make_orders, order_payload, with_database
 from producer_lib import Event, Outbox, migrate
 from producer_lib.queries import parse_blocks
-from relay.config import RelaySettings
 
 ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = ROOT / "bench" / "sql"
@@ -403,13 +402,11 @@ def relay_env(url: str, bootstrap: str, prefix: str) -> dict[str, str]:
         OUTBOX_TOPIC_PREFIX=prefix,
         PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
-    if "kafka_security_protocol" in RelaySettings.model_fields:
-        # The bench's broker listens in plaintext on 127.0.0.1; the relay wants it said.
-        env["OUTBOX_KAFKA_SECURITY_PROTOCOL"] = "PLAINTEXT"
-    if "http_port" in RelaySettings.model_fields:
-        # The ops endpoint stays on (a default) but on any free port: replicas, and
-        # other relays on this machine, would otherwise collide on the fixed one.
-        env["OUTBOX_HTTP_PORT"] = "0"
+    # The bench's broker listens in plaintext on 127.0.0.1; the relay wants it said.
+    env["OUTBOX_KAFKA_SECURITY_PROTOCOL"] = "PLAINTEXT"
+    # The ops endpoint stays on (a default) but on any free port: replicas, and other
+    # relays on this machine, would otherwise collide on the fixed one.
+    env["OUTBOX_HTTP_PORT"] = "0"
     return env
 
 

@@ -41,7 +41,7 @@ from bench.relay_compare import (
     say,
     start_services,
 )
-from relay.config import RelaySettings, load_settings
+from relay.config import load_settings
 from relay.errors import PublishFailed
 from relay.publisher import KafkaPublisher, OutgoingRecord
 from relay.service import RelayService
@@ -154,8 +154,7 @@ async def run(args: argparse.Namespace) -> int:
         await create_topic(services.bootstrap, topic, args.partitions)
         load_backlog(url, backlog.events)
         overrides: dict[str, Any] = {"http_enabled": False} if args.no_http else {}
-        if "kafka_security_protocol" in RelaySettings.model_fields:
-            overrides["kafka_security_protocol"] = "PLAINTEXT"
+        overrides["kafka_security_protocol"] = "PLAINTEXT"
         settings = load_settings(
             database_url=url,
             kafka_bootstrap_servers=services.bootstrap,
