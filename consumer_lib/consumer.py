@@ -7,6 +7,11 @@ Transient failures (the database or Kafka briefly away) are retried with backoff
 nothing past them is committed. A record that cannot be decoded, or whose handler still
 fails after max_attempts, goes to the dead-letter topic with where it came from and the
 error in its headers, and then counts as done. One bad record never stops the consumer.
+
+Operations: Prometheus metrics on a registry per Consumer (consumer_lib.metrics), served
+with /healthz and /readyz when `http_port` is set; with OpenTelemetry installed, each
+attempt runs in a CONSUMER span whose parent is the emitting code's span
+(consumer_lib.tracing).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,11 +29,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
-from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 from consumer_lib.database import Database, Handler, is_transient
 from consumer_lib.errors import ConsumerConfigError, PoisonRecord
 from consumer_lib.event import ConsumedEvent, decode
+from consumer_lib.metrics import ConsumerMetrics
+from consumer_lib.tracing import process_span
+from relay.http import OpsServer, Probe
 
 log = logging.getLogger("consumer_lib")
 
@@ -52,6 +61,11 @@ class ConsumerSettings:
     shutdown_grace_s: float = 20.0
     client_id: str = "outbox-consumer"
     create_dead_letter_topics: bool = True  # at start, when missing (brokers rarely auto-create)
+    # Ops endpoint (/metrics, /healthz, /readyz); None: off, 0: any free port.
+    http_port: int | None = None
+    http_host: str = "127.0.0.1"  # 0.0.0.0 to let Prometheus scrape it from outside
+    lag_interval_s: float = 5.0  # how often the lag gauges are refreshed (never per scrape)
+    stall_after_s: float = 60.0  # /healthz fails when the loop has not ticked for this long
 
     def dead_letter_topic_for(self, topic: str) -> str:
         return self.dead_letter_topic or f"{topic}.DLT"
@@ -65,6 +79,10 @@ class ConsumerSettings:
             )
         if self.missing_event_id not in ("dead_letter", "process", "skip"):
             raise ConsumerConfigError("missing_event_id must be dead_letter, process or skip")
+        if self.http_port is not None and not 0 <= self.http_port <= 65535:
+            raise ConsumerConfigError("http_port must be in 0..65535 (or None for no endpoint)")
+        if self.lag_interval_s <= 0 or self.stall_after_s <= 0:
+            raise ConsumerConfigError("lag_interval_s and stall_after_s must be positive")
 
 
 @dataclass
@@ -77,7 +95,9 @@ class ConsumerStats:
     handler_failures: int = 0
     commits: int = 0
     commit_failures: int = 0
-    handler_seconds: list[float] = field(default_factory=list, repr=False)
+    # The most recent durations only (a long-running consumer must not grow without bound);
+    # the outbox_consumer_handler_seconds histogram has them all.
+    handler_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
 
 
 class ConsumerApp:
@@ -131,7 +151,14 @@ class Consumer:
         self.app = app
         self.settings = app.settings
         self.stats = ConsumerStats()
+        self.metrics = ConsumerMetrics()
+        self.ops: OpsServer | None = None
         self._stopping = asyncio.Event()
+        self._last_tick = time.monotonic()
+        self._kafka_ok = False  # started, and the last fetch did not fail
+        self._db_ok = True  # the last transaction did not fail transiently
+        # Next offset to process per partition (for lag), kept until the partition goes.
+        self._next: dict[TopicPartition, int] = {}
         self._kafka: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
         # Offsets whose records the database has committed (next offset to read).
@@ -143,7 +170,44 @@ class Consumer:
     def stop(self) -> None:
         self._stopping.set()
 
+    # ------------------------------------------------------------------ health
+
+    def healthz(self) -> Probe:
+        """Alive: the fetch loop (or the record being processed) ticked recently."""
+        quiet = time.monotonic() - self._last_tick
+        limit = self.settings.stall_after_s
+        if quiet > limit:
+            return Probe(False, f"no loop tick for {quiet:.1f}s (limit {limit:.0f}s)")
+        return Probe(True, "ok")
+
+    def readyz(self) -> Probe:
+        """Ready: Kafka reachable (started, last fetch fine) and the database answering."""
+        problems = []
+        if not self._kafka_ok:
+            problems.append("kafka: unreachable or not started")
+        if not self._db_ok:
+            problems.append("database: the last transaction failed transiently")
+        if self._stopping.is_set():
+            problems.append("stopping")
+        if problems:
+            return Probe(False, "; ".join(problems))
+        held = len(self._kafka.assignment()) if self._kafka is not None else 0
+        return Probe(True, f"ok: {held} partition(s) assigned")
+
     async def run(self) -> None:
+        s = self.settings
+        if s.http_port is not None:
+            self.ops = OpsServer(
+                s.http_host, s.http_port, self.metrics.registry, self.healthz, self.readyz
+            )
+            await self.ops.start()
+        try:
+            await self._run()
+        finally:
+            if self.ops is not None:
+                await self.ops.stop()
+
+    async def _run(self) -> None:
         s = self.settings
         self._kafka = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap_servers,
@@ -163,23 +227,29 @@ class Consumer:
             await self._dlq.stop()
             raise
         self._kafka.subscribe(self.app.topics, listener=_Rebalance(self))
+        self._kafka_ok = True
         purge = asyncio.create_task(self._purge_loop(), name="purge")
+        lag = asyncio.create_task(self._lag_loop(), name="lag")
         log.info("consumer started", extra={"group": s.group_id, "topics": self.app.topics})
         try:
             while not self._stopping.is_set():
+                self._last_tick = time.monotonic()
                 try:
                     batch = await self._kafka.getmany(timeout_ms=500, max_records=s.max_records)
                 except KafkaError as exc:
+                    self._kafka_ok = False
                     log.warning("fetch failed; retrying", extra={"error": str(exc)})
                     await self._sleep(1.0)
                     continue
+                self._kafka_ok = True
                 if batch:
                     async with self._round:
                         await self._process_round(batch)
         finally:
-            purge.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await purge
+            for task in (purge, lag):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await self._commit_done(None)
             await self._kafka.stop()
             await self._dlq.stop()
@@ -200,7 +270,8 @@ class Consumer:
                         await self._process(record)
                     except _Abandon:
                         break
-                    self._done[tp] = record.offset + 1
+                    self._done[tp] = self._next[tp] = record.offset + 1
+                    self._last_tick = time.monotonic()
                 await self._commit_done({tp})
 
         await asyncio.gather(*(one_partition(tp, recs) for tp, recs in batch.items()))
@@ -232,16 +303,20 @@ class Consumer:
         while True:
             started = time.perf_counter()
             try:
-                applied = await self.app.database.apply(
-                    s.group_id,
-                    str(event.event_id) if event.event_id is not None else None,
-                    handler,
-                    event,
-                )
+                with process_span(event, s.group_id) as span:
+                    applied = await self.app.database.apply(
+                        s.group_id,
+                        str(event.event_id) if event.event_id is not None else None,
+                        handler,
+                        event,
+                    )
+                    if span is not None and not applied:
+                        span.set_attribute("outbox.duplicate", True)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if is_transient(exc):
+                    self._db_ok = False
                     self.stats.transient_retries += 1
                     log.warning(
                         "transient failure; retrying the record",
@@ -270,11 +345,16 @@ class Consumer:
                 await self._sleep(delay)
                 delay = min(delay * 2, s.backoff_max_s)
                 continue
-            self.stats.handler_seconds.append(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self._db_ok = True
+            self.stats.handler_seconds.append(elapsed)
             if applied:
                 self.stats.processed += 1
+                self.metrics.processed.labels(topic=record.topic).inc()
+                self.metrics.handler_latency.labels(topic=record.topic).observe(elapsed)
             else:
                 self.stats.duplicates += 1
+                self.metrics.duplicates.labels(topic=record.topic).inc()
             return
 
     async def _dead_letter(self, record: ConsumerRecord, error: BaseException) -> None:
@@ -296,6 +376,7 @@ class Consumer:
 
         await self._retry(f"dead-letter to {topic}", send)
         self.stats.dead_lettered += 1
+        self.metrics.dead_lettered.labels(topic=record.topic).inc()
         log.error(
             "record dead-lettered",
             extra={
@@ -308,7 +389,8 @@ class Consumer:
         )
 
     async def _start(self) -> None:
-        assert self._kafka is not None and self._dlq is not None
+        assert self._kafka is not None
+        assert self._dlq is not None
         await self._retry("kafka start", self._kafka.start)
         await self._retry("dead-letter producer start", self._dlq.start)
         if self.settings.create_dead_letter_topics:
@@ -378,6 +460,9 @@ class Consumer:
             await self._commit_done(revoked)  # still ours until this callback returns
             for tp in revoked:
                 self._done.pop(tp, None)
+                self._next.pop(tp, None)
+                with contextlib.suppress(KeyError):
+                    self.metrics.lag.remove(tp.topic, str(tp.partition))
         self._revoking -= revoked
         log.info("partitions revoked", extra={"partitions": sorted(str(tp) for tp in revoked)})
 
@@ -388,16 +473,62 @@ class Consumer:
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
 
     async def _retry(self, what: str, call: Callable[[], Any]) -> None:
+        def before_sleep(state: RetryCallState) -> None:
+            # Retrying is the loop at work: /healthz stays green while Kafka is away.
+            self._last_tick = time.monotonic()
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                f"{what} failed; retrying",
+                extra={
+                    "attempt": state.attempt_number,
+                    "error": _first_line(exc) if exc is not None else "",
+                },
+            )
+
         retrying = AsyncRetrying(
             retry=retry_if_exception(
                 lambda e: isinstance(e, KafkaError | OSError) and not self._stopping.is_set()
             ),
             wait=wait_random_exponential(multiplier=0.2, max=10),
+            before_sleep=before_sleep,
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
                 await call()
+
+    async def _lag_loop(self) -> None:
+        """Per assigned partition: highwater (from the last fetch) minus the next offset to
+        process (the client's position until a record of the partition was processed)."""
+        while not self._stopping.is_set():
+            try:
+                await self._refresh_lag()
+            except Exception as exc:
+                log.debug("lag refresh failed", extra={"error": _first_line(exc)})
+            await self._sleep(self.settings.lag_interval_s)
+
+    async def _refresh_lag(self) -> None:
+        kafka = self._kafka
+        if kafka is None:
+            return
+        assigned = kafka.assignment()
+        self.metrics.partitions.set(len(assigned))
+        for tp in assigned:
+            try:
+                highwater = kafka.highwater(tp)
+                if highwater is None:
+                    continue  # nothing fetched from it yet
+                known = self._next.get(tp)
+                position = (
+                    known
+                    if known is not None
+                    else int(await asyncio.wait_for(kafka.position(tp), timeout=1.0))
+                )
+            except (AssertionError, KafkaError, TimeoutError):
+                continue  # revoked meanwhile, or no position yet
+            self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(
+                max(0, int(highwater) - int(position))
+            )
 
     async def _purge_loop(self) -> None:
         s = self.settings

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer_lib.connect import DatabaseUrl
-from producer_lib.drivers import run_step, sync_executor
+from producer_lib.drivers import run_step, sync_executor, translate
 from producer_lib.plans import Step
 from producer_lib.queries import Dialect
 
@@ -73,7 +73,10 @@ class Changed:
 class _Session:
     def __init__(self, database_url: str) -> None:
         self.db = DatabaseUrl.parse(database_url)
-        self.conn: Any = self.db.connect()
+        try:
+            self.conn: Any = self.db.connect()
+        except Exception as exc:  # driver errors leave as OutboxError, like every query's
+            raise translate(exc) from exc
         self.executor = sync_executor(self.conn)
 
     @property

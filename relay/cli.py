@@ -18,7 +18,7 @@ from typing import Any
 from producer_lib.connect import DatabaseUrl
 from producer_lib.errors import ConfigurationError, OutboxError
 from producer_lib.migrate import migrate
-from relay import cli_admin
+from relay import cli_admin, logs
 from relay.config import RelaySettings, field_help, load_settings
 from relay.errors import RelayConfigError, RelayError, StartupRefused
 
@@ -33,6 +33,9 @@ def _database_url(value: str | None) -> str:
         raise ConfigurationError(
             "no database: pass --database-url or set OUTBOX_DATABASE_URL (or DATABASE_URL)"
         )
+    # Driver errors may quote parts of the URL (libpq echoes an undecodable password):
+    # whatever this command prints is redacted against it.
+    logs.add_secrets(logs.url_secrets(url))
     DatabaseUrl.parse(url)  # fail on a malformed URL before connecting
     return url
 
@@ -55,8 +58,16 @@ def _add_database(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors echo the arguments (`unrecognized arguments: --databse-url postgresql://
+    user:password@...`): they are redacted like every other line. Subcommands inherit it."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        super()._print_message(logs.redact(message), file)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="outbox-relay",
         description="Transactional outbox relay: publishes committed events to Kafka.",
     )
@@ -111,9 +122,10 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from relay import logs
     from relay.service import RelayService
 
+    for url in (getattr(args, "database_url", None), os.environ.get("OUTBOX_DATABASE_URL")):
+        logs.add_secrets(logs.url_secrets(url))  # before validation, which may fail
     settings = load_settings(**_run_overrides(args))
     logs.configure(settings.log_level, settings.log_json, settings.secrets())
 
@@ -144,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    logs.install_excepthook()  # an unexpected traceback is redacted too
     try:
         if args.command == "run":
             return _cmd_run(args)
@@ -151,15 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_migrate(args)
         return cli_admin.run(args, _database_url(args.database_url))
     except (ConfigurationError, RelayConfigError) as exc:
-        print(f"outbox-relay: configuration error: {exc}", file=sys.stderr)
+        print("outbox-relay: " + logs.redact(f"configuration error: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except StartupRefused as exc:
-        print(f"outbox-relay: refusing to start: {exc}", file=sys.stderr)
+        print("outbox-relay: " + logs.redact(f"refusing to start: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except (OutboxError, RelayError) as exc:
-        from relay.logs import redact
-
-        print(redact(f"outbox-relay: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        print("outbox-relay: " + logs.redact(f"{type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -202,8 +202,12 @@ def _parked(args: argparse.Namespace, url: str) -> int:
     if args.action == "discard" and not args.yes:
         rows = admin.parked_list(url, f)
         if not rows:
-            print("no parked rows match")
-            return EXIT_MISSING if f.ids else 0
+            missing = sorted(set(f.ids or []))
+            text = "no parked rows match"
+            if missing:
+                text += f"\nnot found or not parked: {', '.join(map(str, missing))}"
+            _emit(args, dataclasses.asdict(admin.Changed([], missing)), text)
+            return EXIT_MISSING if missing else 0
         answer = input(f"discard {len(rows)} parked row(s)? Their events are lost for good. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing discarded")

@@ -32,3 +32,12 @@ SELECT id, key, attempts, last_error FROM outbox_events WHERE status = 'parked' 
 
 -- name: lease_rows
 SELECT shard, owner, token FROM outbox_relay_leases ORDER BY shard;
+
+-- name: idempotency_keys
+SELECT idempotency_key FROM outbox_idempotency ORDER BY idempotency_key;
+
+-- name: outbox_snapshot
+-- Everything a relay may change on a row, for "nothing was written" checks.
+SELECT id, event_id, key, shard, payload, headers, attempts, status, last_error,
+       available_at, published_at
+FROM outbox_events ORDER BY id;

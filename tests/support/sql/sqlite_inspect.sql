@@ -29,3 +29,16 @@ UPDATE outbox_schema_migrations SET checksum = 'tampered' WHERE version = 1;
 -- name: outbox_delays
 SELECT key, (julianday(available_at) - julianday(created_at)) * 86400.0, available_at
 FROM outbox_events ORDER BY id;
+
+-- name: outbox_row_state
+-- Per row: what settle wrote, and seconds until available_at on the database clock.
+SELECT id, attempts, status, last_error, published_at IS NOT NULL,
+       (julianday(available_at) - julianday('now')) * 86400.0
+FROM outbox_events ORDER BY id;
+
+-- name: lease_remaining
+-- Seconds until each lease ends on the database clock (NULL once released).
+SELECT shard, owner, token,
+       CASE WHEN lease_until = '' THEN NULL
+            ELSE (julianday(lease_until) - julianday('now')) * 86400.0 END
+FROM outbox_relay_leases ORDER BY shard;

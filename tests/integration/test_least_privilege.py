@@ -1,0 +1,166 @@
+"""Least privilege: each part of the outbox works with only its own grants.
+
+Three login roles are created on a private database and given exactly the grants of
+migrations/postgres/grants.sql (block by block, as `psql -v ... -f grants.sql` would);
+then producer_lib emits as the producer role, the relay (in this process) publishes to
+Kafka and settles as the relay role, the operator commands run as the relay role, and
+consumer_lib applies the events as the consumer role. Probes show what each role cannot do.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, PsycopgAsync
+from producer_lib import Event, Outbox
+from relay import admin
+from tests.conftest import TopicFactory
+from tests.support.consumers import processed_ids, running_consumer, until
+from tests.support.db import postgres_backend
+from tests.support.kafka import read_topic
+from tests.support.ops import grant, login_roles, probe, with_user
+from tests.support.relay import relay_settings, running_relay, wait_drained
+from tests.support.transactions import sync_tx
+
+pytestmark = pytest.mark.integration
+
+DENIED = "42501"  # insufficient_privilege
+PARTS = ("producer", "relay", "consumer")
+
+
+async def test_each_part_runs_with_only_its_own_grants(
+    pg_url: str,
+    postgres_admin: str,
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    owner = postgres_backend(pg_url)
+    owner.migrate()  # schema changes need the owner; no part does any at run time
+    topic = await new_topic("leastpriv", partitions=2)
+    with login_roles(postgres_admin, pg_url, PARTS) as made:
+        roles = {f"{part}_role": role for part, (role, _) in made.items()}
+        for part in PARTS:
+            grant(pg_url, part, roles)
+        url = {part: with_user(pg_url, role, pw) for part, (role, pw) in made.items()}
+
+        # The producer: events in its own transactions, idempotency keys remembered.
+        producer = postgres_backend(url["producer"])
+        outbox = Outbox()
+        with sync_tx(producer, "driver") as conn:
+            emitted = outbox.emit_batch(
+                conn, [Event(topic, f"k-{i % 5}", "OrderPlaced", {"i": i}) for i in range(20)]
+            )
+        keyed = []
+        for _ in range(2):  # the second emit finds the key and writes nothing
+            with sync_tx(producer, "driver") as conn:
+                keyed.append(
+                    outbox.emit(
+                        conn,
+                        topic=topic,
+                        key="k-idem",
+                        event_type="OrderPlaced",
+                        payload={"request": 1},
+                        idempotency_key="request-1",
+                    )
+                )
+        assert keyed[0] == keyed[1]
+        with sync_tx(producer, "driver") as conn:  # too large for the relay: parked
+            outbox.emit(
+                conn, topic=topic, key="k-big", event_type="Big", payload={"blob": "x" * 2000}
+            )
+        assert owner.scalar("idempotency_count") == 1
+
+        # The relay: leases, membership, claims, settles (published and parked), purges.
+        relay_db = postgres_backend(url["relay"])
+        settings = relay_settings(
+            relay_db,
+            kafka_bootstrap,
+            http_port=0,
+            kafka_max_request_size=1024,
+            idempotency_retention_s=0.0,  # the purge deletes the key at once
+            purge_interval_s=0.2,
+        )
+        async with running_relay(settings) as relay:
+            await wait_drained(owner, timeout=60, parked_ok=True)
+
+            async def key_purged() -> bool:
+                return bool(owner.scalar("idempotency_count") == 0)
+
+            await until(key_purged, 30, "the relay's idempotency purge")
+            # The operator commands need nothing more than the relay's grants.
+            status = admin.status(url["relay"])
+            [parked] = admin.parked_list(url["relay"], admin.RowFilter())
+            assert (status.pending, status.parked, len(status.leases)) == (0, 1, 16)
+            assert parked.key == "k-big"
+            retried = admin.parked_retry(url["relay"], admin.RowFilter(ids=[parked.id]))
+            assert retried.ids == [parked.id]
+
+            async def parked_again() -> bool:
+                return relay.stats.parked == 2
+
+            await until(parked_again, 30, "the retried row parked again")
+        assert relay.stats.published == 21
+        # Shutdown released every lease and left the membership (errors there are silent).
+        assert [row[1] for row in owner.fetch("lease_rows")] == [None] * 16
+        assert admin.status(pg_url).replicas == []
+        discarded = admin.parked_discard(url["relay"], admin.RowFilter(key="k-big"))
+        assert discarded.ids == [parked.id]
+        delivered = {
+            (r.header("event_id") or b"").decode() for r in await read_topic(kafka_bootstrap, topic)
+        }
+        assert delivered == {str(e) for e in [*emitted, keyed[0]]}
+
+        # The consumer: dedup rows in its own transactions, purge of old ones.
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        seen: list[str] = []
+
+        async def handler(event: ConsumedEvent, conn: object) -> None:
+            seen.append(str(event.event_id))
+
+        app = ConsumerApp(
+            ConsumerSettings(
+                bootstrap_servers=kafka_bootstrap,
+                group_id=group,
+                create_dead_letter_topics=False,
+                purge_interval_s=0.2,
+            ),
+            PsycopgAsync(url["consumer"]),
+        )
+        app.handler(topic)(handler)
+        async with running_consumer(app) as running:
+
+            async def all_applied() -> bool:
+                return len(seen) == len(delivered)
+
+            await until(all_applied, 60, "every event applied", alive=running.check_alive)
+        assert running.stats.processed == 21
+        assert processed_ids(owner, group) == delivered
+
+        # What each role cannot do.
+        assert probe(url["producer"], "probe_events_delete") == DENIED
+        assert probe(url["producer"], "probe_events_read") == DENIED
+        assert probe(url["producer"], "probe_processed_read") == DENIED
+        assert probe(url["producer"], "probe_create_table") == DENIED
+        assert probe(url["relay"], "probe_events_update") is None  # its own work
+        assert probe(url["relay"], "probe_processed_read") == DENIED
+        assert probe(url["relay"], "probe_settings_update") == DENIED
+        assert probe(url["relay"], "probe_create_table") == DENIED
+        assert probe(url["consumer"], "probe_processed_read") is None  # its own table
+        assert probe(url["consumer"], "probe_events_read") == DENIED
+        assert probe(url["consumer"], "probe_leases_update") == DENIED
+        assert probe(url["consumer"], "probe_create_table") == DENIED
+
+    # No part hit a refusal that its loops retried or logged and went on.
+    problems = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING
+        and r.name.split(".")[0] in ("relay", "consumer_lib")
+        and r.getMessage() != "rows parked"
+    ]
+    assert problems == []

@@ -1,0 +1,15 @@
+-- Test-only statements of the operations tests (tests/support/ops.py), Postgres.
+
+-- name: ops_park
+-- Parks rows the way a relay leaves them after failing sends (set-up for the admin CLI).
+UPDATE outbox_events SET status = 'parked', attempts = 3, last_error = %(error)s
+WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: ops_backdate
+-- Makes rows look older: created this many seconds earlier.
+UPDATE outbox_events SET created_at = created_at - %(seconds)s * interval '1 second'
+WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: ops_rows
+SELECT id, event_id::text, topic, key, status, attempts, published_at IS NOT NULL
+FROM outbox_events ORDER BY id;

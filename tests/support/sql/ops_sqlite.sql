@@ -1,0 +1,16 @@
+-- Test-only statements of the operations tests (tests/support/ops.py), SQLite.
+
+-- name: ops_park
+-- Parks rows the way a relay leaves them after failing sends (set-up for the admin CLI).
+UPDATE outbox_events SET status = 'parked', attempts = 3, last_error = :error
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: ops_backdate
+-- Makes rows look older: created this many seconds earlier.
+UPDATE outbox_events
+SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', created_at, '-' || :seconds || ' seconds')
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: ops_rows
+SELECT id, event_id, topic, key, status, attempts, published_at IS NOT NULL
+FROM outbox_events ORDER BY id;
