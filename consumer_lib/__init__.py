@@ -1,7 +1,10 @@
 """Apply Kafka events exactly once by recording their event_id with the handler's writes.
 
-    app = ConsumerApp(ConsumerSettings(bootstrap_servers=..., group_id="billing"),
-                      SqlAlchemyAsync(engine))
+    app = ConsumerApp(
+        ConsumerSettings(bootstrap_servers=..., group_id="billing",
+                         security=KafkaSecurity(protocol="SSL", ssl_cafile="/etc/kafka/ca.pem")),
+        SqlAlchemyAsync(engine),
+    )
 
     @app.handler("orders", "OrderPlaced")
     async def on_order(event: ConsumedEvent, session: AsyncSession) -> None:
@@ -20,6 +23,7 @@ from consumer_lib.consumer import (
 from consumer_lib.database import Database, PsycopgAsync, SqlAlchemyAsync, SqlAlchemySync
 from consumer_lib.errors import ConsumerConfigError, ConsumerError, PoisonRecord, TransientError
 from consumer_lib.event import ConsumedEvent
+from relay.kafka_security import KafkaSecurity
 
 __all__ = [
     "ConsumedEvent",
@@ -30,6 +34,7 @@ __all__ = [
     "ConsumerSettings",
     "ConsumerStats",
     "Database",
+    "KafkaSecurity",
     "PoisonRecord",
     "PsycopgAsync",
     "SqlAlchemyAsync",

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from consumer_lib.event import ConsumedEvent, decode
 from consumer_lib.metrics import ConsumerMetrics
 from consumer_lib.tracing import process_span
 from relay.http import OpsServer, Probe
+from relay.kafka_security import KafkaSecurity, KafkaSecurityError
 
 log = logging.getLogger("consumer_lib")
 
@@ -61,6 +62,9 @@ class ConsumerSettings:
     shutdown_grace_s: float = 20.0
     client_id: str = "outbox-consumer"
     create_dead_letter_topics: bool = True  # at start, when missing (brokers rarely auto-create)
+    # How to talk to Kafka; required: KafkaSecurity(protocol="SSL", ...), or
+    # KafkaSecurity.plaintext() to allow an unencrypted connection explicitly.
+    security: KafkaSecurity | None = None
     # Ops endpoint (/metrics, /healthz, /readyz); None: off, 0: any free port.
     http_port: int | None = None
     http_host: str = "127.0.0.1"  # 0.0.0.0 to let Prometheus scrape it from outside
@@ -71,6 +75,16 @@ class ConsumerSettings:
         return self.dead_letter_topic or f"{topic}.DLT"
 
     def __post_init__(self) -> None:
+        if self.security is None:
+            raise ConsumerConfigError(
+                "choose the Kafka security: ConsumerSettings(security=KafkaSecurity(protocol="
+                '"SSL" or "SASL_SSL", ...)), or security=KafkaSecurity.plaintext() to allow '
+                "PLAINTEXT explicitly"
+            )
+        try:
+            self.security.check()
+        except KafkaSecurityError as exc:
+            raise ConsumerConfigError(f"Kafka security: {exc}") from None
         if not self.group_id.strip():
             raise ConsumerConfigError("group_id must not be empty")
         if self.max_attempts < 1 or self.max_concurrent_partitions < 1 or self.max_records < 1:
@@ -207,6 +221,10 @@ class Consumer:
             if self.ops is not None:
                 await self.ops.stop()
 
+    def _security_options(self) -> dict[str, Any]:
+        assert self.settings.security is not None  # checked in ConsumerSettings
+        return self.settings.security.client_options()
+
     async def _run(self) -> None:
         s = self.settings
         self._kafka = AIOKafkaConsumer(
@@ -216,9 +234,13 @@ class Consumer:
             enable_auto_commit=False,  # forced: offsets follow the database, never a timer
             auto_offset_reset="earliest",
             isolation_level="read_committed",
+            **self._security_options(),
         )
         self._dlq = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap_servers, acks="all", enable_idempotence=True
+            bootstrap_servers=s.bootstrap_servers,
+            acks="all",
+            enable_idempotence=True,
+            **self._security_options(),
         )
         try:
             await self._start()
@@ -244,7 +266,7 @@ class Consumer:
                 self._kafka_ok = True
                 if batch:
                     async with self._round:
-                        await self._process_round(batch)
+                        await self._within_grace(self._process_round(batch))
         finally:
             for task in (purge, lag):
                 task.cancel()
@@ -257,6 +279,31 @@ class Consumer:
             log.info("consumer stopped", extra={"processed": self.stats.processed})
 
     # ------------------------------------------------------------------ processing
+
+    async def _within_grace(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run one round; once stop() is called it has shutdown_grace_s to finish the records
+        in flight, then it is cancelled: their transactions roll back and, not being done,
+        their offsets stay uncommitted for the next owner."""
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                await asyncio.wait({task}, timeout=self.settings.shutdown_grace_s)
+            if not task.done():
+                log.warning(
+                    "records still in flight after shutdown_grace_s; abandoning them",
+                    extra={"shutdown_grace_s": self.settings.shutdown_grace_s},
+                )
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return
+            task.result()
+        finally:
+            stopping.cancel()
+            if not task.done():  # we were cancelled ourselves
+                task.cancel()
 
     async def _process_round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         gate = asyncio.Semaphore(self.settings.max_concurrent_partitions)
@@ -400,7 +447,9 @@ class Consumer:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
         from aiokafka.errors import TopicAlreadyExistsError
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap_servers)
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.settings.bootstrap_servers, **self._security_options()
+        )
         await admin.start()
         try:
             existing = set(await admin.list_topics())

@@ -22,6 +22,7 @@ from consumer_lib import (
     ConsumerSettings,
     PsycopgAsync,
 )
+from relay.kafka_security import KafkaSecurity
 from tests.support.consumers import (
     Outgoing,
     consumer_topics,
@@ -79,6 +80,7 @@ async def test_consumer_metrics_count_outcomes_and_lag_counts_what_is_not_applie
             await release.wait()
 
     settings = ConsumerSettings(
+        security=KafkaSecurity.plaintext(),
         bootstrap_servers=kafka_bootstrap,
         group_id=f"g-{topic}",
         http_port=0,
@@ -133,7 +135,10 @@ async def test_consumer_readyz_names_kafka_until_it_is_reachable(
     pg: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = ConsumerSettings(
-        bootstrap_servers="127.0.0.1:1", group_id="g-unreachable", http_port=0
+        security=KafkaSecurity.plaintext(),
+        bootstrap_servers="127.0.0.1:1",
+        group_id="g-unreachable",
+        http_port=0,
     )
     app = ConsumerApp(settings, PsycopgAsync(pg.target))
     app.handler("never")(lambda event, conn: None)

@@ -17,6 +17,7 @@ import pytest
 from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, PsycopgAsync
 from producer_lib import Event, Outbox
 from relay import admin
+from relay.kafka_security import KafkaSecurity
 from tests.conftest import TopicFactory
 from tests.support.consumers import processed_ids, running_consumer, until
 from tests.support.db import postgres_backend
@@ -124,6 +125,7 @@ async def test_each_part_runs_with_only_its_own_grants(
 
         app = ConsumerApp(
             ConsumerSettings(
+                security=KafkaSecurity.plaintext(),
                 bootstrap_servers=kafka_bootstrap,
                 group_id=group,
                 create_dead_letter_topics=False,

@@ -20,6 +20,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 
 from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, PsycopgAsync
 from producer_lib import Outbox
+from relay.kafka_security import KafkaSecurity
 from tests.conftest import TopicFactory
 from tests.support.consumers import running_consumer, until
 from tests.support.db import postgres_backend
@@ -88,7 +89,10 @@ async def test_the_consumer_span_is_a_child_of_the_producer_span(
 
     app = ConsumerApp(
         ConsumerSettings(
-            bootstrap_servers=kafka_bootstrap, group_id=group, create_dead_letter_topics=False
+            security=KafkaSecurity.plaintext(),
+            bootstrap_servers=kafka_bootstrap,
+            group_id=group,
+            create_dead_letter_topics=False,
         ),
         PsycopgAsync(backend.target),
     )

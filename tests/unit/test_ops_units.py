@@ -7,6 +7,7 @@ import pytest
 from consumer_lib import ConsumerConfigError, ConsumerSettings
 from relay.batch import failure_reason
 from relay.errors import PublishFailed
+from relay.kafka_security import KafkaSecurity
 
 
 @pytest.mark.parametrize(
@@ -28,4 +29,20 @@ def test_failure_reasons_are_a_bounded_set_of_error_classes(message: str, reason
 )
 def test_consumer_ops_settings_are_checked(bad: dict[str, float]) -> None:
     with pytest.raises(ConsumerConfigError):
-        ConsumerSettings(bootstrap_servers="kafka:9092", group_id="g", **bad)  # type: ignore[arg-type]
+        ConsumerSettings(
+            security=KafkaSecurity.plaintext(),
+            bootstrap_servers="kafka:9092",
+            group_id="g",
+            **bad,  # type: ignore[arg-type]
+        )
+
+
+def test_consumer_kafka_security_must_be_chosen() -> None:
+    with pytest.raises(ConsumerConfigError, match="plaintext"):
+        ConsumerSettings(bootstrap_servers="kafka:9092", group_id="g")
+    with pytest.raises(ConsumerConfigError, match="SASL"):
+        ConsumerSettings(
+            bootstrap_servers="kafka:9092",
+            group_id="g",
+            security=KafkaSecurity(protocol="SASL_SSL"),
+        )

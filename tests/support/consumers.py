@@ -1,0 +1,686 @@
+"""consumer_lib in tests: records as the relay publishes them, handlers that write an effect
+row, consumers in-process or as `python -m consumer_lib.cli run` subprocesses, and what the
+database and the group's committed offsets say afterwards.
+
+The business write of every handler is one row in consumer_effects (tests/support/sql/
+consumer_<dialect>.sql), which has no unique constraint: an event applied twice shows as
+two rows. Every wait here is bounded in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from consumer_lib import (
+    ConsumedEvent,
+    Consumer,
+    ConsumerApp,
+    Database,
+    PsycopgAsync,
+    SqlAlchemyAsync,
+    SqlAlchemySync,
+)
+from consumer_lib.database import Handler
+from producer_lib.queries import Dialect, parse_blocks
+from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.kafka import create_topics, delete_topics, unique_topic_name
+
+ROOT = Path(__file__).resolve().parents[2]
+_SQL = Path(__file__).parent / "sql"
+CONSUMER_SQL: dict[Dialect, dict[str, str]] = {
+    d: parse_blocks((_SQL / f"consumer_{d}.sql").read_text(), f"consumer_{d}.sql")
+    for d in ("postgres", "sqlite")
+}
+APP = "tests.support.consumer_app:build"
+# What consumer_lib logs once it holds at least one partition.
+ASSIGNED = 'partitions assigned partitions=["TopicPartition'
+
+Adapter = Literal["sqlalchemy_async", "sqlalchemy_sync", "psycopg_async"]
+ADAPTERS: tuple[Adapter, ...] = ("sqlalchemy_async", "sqlalchemy_sync", "psycopg_async")
+Hook = Callable[[ConsumedEvent], None]
+
+
+# --------------------------------------------------------------------------- database
+
+
+def consumer_sql(dialect: Dialect, name: str) -> str:
+    return CONSUMER_SQL[dialect][name]
+
+
+def prepare(backend: Backend) -> Backend:
+    """Migrate (processed_events comes with producer_lib's schema) and add consumer_effects."""
+    backend.migrate()
+    conn = backend.connect()
+    try:
+        conn.execute(consumer_sql(backend.dialect, "effects_create"))
+        conn.commit()
+    finally:
+        conn.close()
+    return backend
+
+
+def backend_from(dialect: str, target: str) -> Backend:
+    if dialect == "postgres":
+        return postgres_backend(target)
+    return sqlite_backend(Path(target))
+
+
+def make_database(adapter: str, backend: Backend) -> Database:
+    """consumer_lib's Database of one kind on the backend; created inside the running loop."""
+    if adapter == "psycopg_async":
+        if backend.dialect != "postgres":
+            raise ValueError("PsycopgAsync is Postgres only")
+        return PsycopgAsync(backend.target, max_connections=8)
+    if adapter == "sqlalchemy_async":
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        url = (
+            f"sqlite+aiosqlite:///{backend.target}"
+            if backend.dialect == "sqlite"
+            else backend.sqlalchemy_url
+        )
+        return SqlAlchemyAsync(create_async_engine(url))
+    if adapter == "sqlalchemy_sync":
+        from sqlalchemy import create_engine
+
+        return SqlAlchemySync(create_engine(backend.sqlalchemy_url))
+    raise ValueError(f"unknown adapter {adapter!r}")
+
+
+def effect_params(event: ConsumedEvent, group: str, applied_by: str) -> dict[str, Any]:
+    payload = event.payload
+    n = payload.get("n") if isinstance(payload, dict) else None
+    return {
+        "consumer_group": group,
+        "event_id": None if event.event_id is None else str(event.event_id),
+        "event_key": event.key,
+        "event_type": event.event_type,
+        "topic": event.topic,
+        "kafka_partition": event.partition,
+        "kafka_offset": event.offset,
+        "n": n,
+        "applied_by": applied_by,
+    }
+
+
+def effect_handler(
+    adapter: str,
+    dialect: Dialect,
+    group: str,
+    *,
+    applied_by: str = "test",
+    delay_s: float = 0.0,
+    before_write: Hook | None = None,
+    after_write: Hook | None = None,
+    calls: list[ConsumedEvent] | None = None,
+) -> Handler:
+    """A handler writing one consumer_effects row through the session consumer_lib gives it.
+
+    before_write / after_write run inside the transaction (raise to make it roll back);
+    calls, when given, collects every invocation (the handler may run more than once).
+    """
+    sql = consumer_sql(dialect, "effect_insert")
+
+    def hooks_before(event: ConsumedEvent) -> None:
+        if calls is not None:
+            calls.append(event)
+        if before_write is not None:
+            before_write(event)
+
+    if adapter == "sqlalchemy_sync":
+        from sqlalchemy.orm import Session
+
+        def sync_handler(event: ConsumedEvent, session: Session) -> None:
+            assert isinstance(session, Session), type(session)
+            assert session.in_transaction()
+            hooks_before(event)
+            if delay_s:
+                time.sleep(delay_s)
+            session.connection().exec_driver_sql(sql, effect_params(event, group, applied_by))
+            if after_write is not None:
+                after_write(event)
+
+        return sync_handler
+
+    if adapter == "sqlalchemy_async":
+        from sqlalchemy.ext.asyncio import AsyncSession
+
+        async def sa_handler(event: ConsumedEvent, session: AsyncSession) -> None:
+            assert isinstance(session, AsyncSession), type(session)
+            assert session.in_transaction()
+            hooks_before(event)
+            if delay_s:
+                await asyncio.sleep(delay_s)
+            conn = await session.connection()
+            await conn.exec_driver_sql(sql, effect_params(event, group, applied_by))
+            if after_write is not None:
+                after_write(event)
+
+        return sa_handler
+
+    if adapter == "psycopg_async":
+        import psycopg
+
+        async def pg_handler(event: ConsumedEvent, conn: psycopg.AsyncConnection[Any]) -> None:
+            assert isinstance(conn, psycopg.AsyncConnection), type(conn)
+            hooks_before(event)
+            if delay_s:
+                await asyncio.sleep(delay_s)
+            await conn.execute(sql, effect_params(event, group, applied_by))
+            if after_write is not None:
+                after_write(event)
+
+        return pg_handler
+
+    raise ValueError(f"unknown adapter {adapter!r}")
+
+
+@dataclass(frozen=True)
+class Effect:
+    group: str
+    event_id: str | None
+    key: str | None
+    event_type: str | None
+    topic: str
+    partition: int
+    offset: int
+    n: int | None
+    applied_by: str
+    id: int
+
+
+def _fetch(backend: Backend, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+    conn = backend.connect()
+    try:
+        rows = conn.execute(consumer_sql(backend.dialect, name), params or {}).fetchall()
+        conn.commit()
+        return list(rows)
+    finally:
+        conn.close()
+
+
+def effects(backend: Backend, *, before: Any = None) -> list[Effect]:
+    """Every effect row in write order; with before (a datetime), only rows written earlier."""
+    if before is None:
+        rows = _fetch(backend, "effects_all")
+    else:
+        rows = _fetch(backend, "effects_applied_before", {"before": before})
+    return [
+        Effect(
+            str(g), e, k, t, str(tp), int(p), int(o), None if n is None else int(n), str(a), int(i)
+        )
+        for g, e, k, t, tp, p, o, n, a, i in rows
+    ]
+
+
+def processed_ids(backend: Backend, group: str) -> set[str]:
+    return {str(r[0]) for r in _fetch(backend, "processed_event_ids", {"consumer_group": group})}
+
+
+def terminate_other_connections(backend: Backend) -> int:
+    """Postgres only: cut every other client connection to the backend's database."""
+    return int(_fetch(backend, "backends_terminate")[0][0])
+
+
+def effect_problems(found: Sequence[Effect], expected: Iterable[str], group: str) -> list[str]:
+    """Exactly one effect per expected event_id of the group, and nothing else."""
+    want = set(expected)
+    counts = Counter(e.event_id for e in found if e.group == group)
+    problems: list[str] = []
+    twice = {e: c for e, c in counts.items() if c > 1}
+    if twice:
+        problems.append(f"{len(twice)} events applied more than once, e.g. {list(twice)[:3]}")
+    missing = want - set(counts)
+    if missing:
+        problems.append(f"{len(missing)} events never applied, e.g. {sorted(missing)[:3]}")
+    extra = {e for e in counts if e not in want}
+    if extra:
+        problems.append(f"{len(extra)} unexpected events applied, e.g. {list(extra)[:3]}")
+    return problems
+
+
+def order_problems(found: Sequence[Effect]) -> list[str]:
+    """Within a partition, effects were written in offset order (first applications)."""
+    last: dict[tuple[str, str, int], int] = {}
+    problems: list[str] = []
+    for e in found:
+        where = (e.group, e.topic, e.partition)
+        if e.offset <= last.get(where, -1):
+            problems.append(f"{where}: offset {e.offset} applied after {last[where]}")
+        last[where] = max(e.offset, last.get(where, -1))
+    return problems
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One record to put on a topic; event_id None for records without that header."""
+
+    key: str | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    partition: int | None = None
+    event_id: str | None = None
+
+
+def relay_record(
+    event_id: str,
+    key: str,
+    payload: Any,
+    *,
+    event_type: str = "OrderPlaced",
+    partition: int | None = None,
+) -> Outgoing:
+    """What the relay publishes for an outbox row: event_id, event_type, content-type."""
+    return Outgoing(
+        key=key,
+        value=json.dumps(payload, separators=(",", ":")).encode(),
+        headers=(
+            ("event_id", event_id.encode()),
+            ("event_type", event_type.encode()),
+            ("content-type", b"application/json"),
+        ),
+        partition=partition,
+        event_id=event_id,
+    )
+
+
+def make_events(
+    n: int, *, keys: int = 50, partitions: int = 1, seed: int = 0, start: int = 0
+) -> list[Outgoing]:
+    """n relay-style events over `keys` keys; a key always lands on the same partition."""
+    rng = random.Random(seed)
+    out: list[Outgoing] = []
+    for i in range(start, start + n):
+        k = rng.randrange(keys)
+        payload = {"n": i, "key": f"key-{k}", "amount_cents": rng.randint(100, 20_000)}
+        out.append(
+            relay_record(
+                str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                f"key-{k}",
+                payload,
+                partition=k % partitions,
+            )
+        )
+    return out
+
+
+def with_duplicates(
+    records: Sequence[Outgoing],
+    count: int,
+    *,
+    seed: int = 0,
+    partitions: int = 1,
+    cross_partition: int = 0,
+) -> list[Outgoing]:
+    """The records plus `count` copies of random ones, each placed after its original.
+
+    Copies keep the key and partition (a relay publishing a row twice), except
+    `cross_partition` of them, which go to the next partition (so two partitions race).
+    """
+    rng = random.Random(seed)
+    out = list(records)
+    for i, original in enumerate(rng.sample(list(records), count)):
+        copy = original
+        if i < cross_partition and partitions > 1 and original.partition is not None:
+            copy = Outgoing(
+                original.key,
+                original.value,
+                original.headers,
+                (original.partition + 1) % partitions,
+                original.event_id,
+            )
+        at = out.index(original)
+        out.insert(rng.randint(at + 1, len(out)), copy)
+    return out
+
+
+@dataclass
+class Layout:
+    """Where each produced record landed: partition -> offset -> event_id (or None)."""
+
+    topic: str
+    at: dict[int, dict[int, str | None]] = field(default_factory=lambda: defaultdict(dict))
+
+    def add(self, partition: int, offset: int, event_id: str | None) -> None:
+        self.at[partition][offset] = event_id
+
+    @property
+    def event_ids(self) -> set[str]:
+        return {e for offs in self.at.values() for e in offs.values() if e is not None}
+
+    @property
+    def records(self) -> int:
+        return sum(len(v) for v in self.at.values())
+
+    def ends(self) -> dict[int, int]:
+        return {p: max(offs) + 1 for p, offs in self.at.items() if offs}
+
+
+async def produce(
+    bootstrap: str, topic: str, records: Sequence[Outgoing], layout: Layout | None = None
+) -> Layout:
+    """Sends the records in order (idempotent producer, acks=all); returns where they landed."""
+    layout = layout or Layout(topic)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+    )
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(
+                topic,
+                r.value,
+                key=None if r.key is None else r.key.encode(),
+                headers=list(r.headers),
+                partition=r.partition,
+            )
+            for r in records
+        ]
+        for record, fut in zip(records, futures, strict=True):
+            meta = await fut
+            layout.add(meta.partition, meta.offset, record.event_id)
+    finally:
+        await producer.stop()
+    return layout
+
+
+async def feed(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[Outgoing],
+    layout: Layout,
+    *,
+    chunk: int = 100,
+    pause_s: float = 0.5,
+) -> Layout:
+    """Produces the records chunk by chunk with a pause between chunks (run it as a task)."""
+    for start in range(0, len(records), chunk):
+        await produce(bootstrap, topic, records[start : start + chunk], layout)
+        if start + chunk < len(records):
+            await asyncio.sleep(pause_s)
+    return layout
+
+
+# --------------------------------------------------------------------------- Kafka read-backs
+
+
+class GroupOffsets:
+    """The group's committed offsets for one topic, read with one admin client."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.group = group
+        self.topic = topic
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+
+    async def __aenter__(self) -> GroupOffsets:
+        await self._admin.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._admin.close()
+
+    async def read(self) -> dict[int, int]:
+        found = await self._admin.list_consumer_group_offsets(self.group)
+        return {
+            tp.partition: int(meta.offset)
+            for tp, meta in found.items()
+            if tp.topic == self.topic and meta.offset >= 0
+        }
+
+
+async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    async with GroupOffsets(bootstrap, group, topic) as offsets:
+        return await offsets.read()
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        return {tp.partition: int(o) for tp, o in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+def offset_problems(
+    committed: dict[int, int],
+    layout: Layout,
+    applied: set[str],
+    done_without_effect: Iterable[tuple[int, int]] = (),
+) -> list[str]:
+    """A committed offset C is honest when every record below C had its effect committed
+    (or is one that is done without one: dead-lettered or skipped)."""
+    done = set(done_without_effect)
+    problems: list[str] = []
+    for partition, offset in sorted(committed.items()):
+        for below in range(offset):
+            if (partition, below) in done:
+                continue
+            event_id = layout.at[partition].get(below)
+            if event_id is None or event_id not in applied:
+                problems.append(
+                    f"partition {partition}: offset {offset} committed but the record at "
+                    f"{below} (event {event_id}) has no committed effect"
+                )
+                break
+    return problems
+
+
+async def drop_topics_with_dead_letters(bootstrap: str, topics: Iterable[str]) -> None:
+    names = [n for t in topics for n in (t, f"{t}.DLT")]
+    await delete_topics(bootstrap, names)
+
+
+@contextlib.asynccontextmanager
+async def consumer_topics(bootstrap: str) -> AsyncIterator[Callable[..., Awaitable[str]]]:
+    """make(prefix, partitions) creates a private topic; each one and the dead-letter topic a
+    consumer created for it are deleted on exit."""
+    made: list[str] = []
+
+    async def make(prefix: str = "c", partitions: int = 1) -> str:
+        name = unique_topic_name(prefix)
+        await create_topics(bootstrap, [name], partitions)
+        made.append(name)
+        return name
+
+    try:
+        yield make
+    finally:
+        if made:
+            await drop_topics_with_dead_letters(bootstrap, made)
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+async def until(
+    check: Callable[[], Awaitable[Any]],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.1,
+    alive: Callable[[], None] | None = None,
+) -> Any:
+    """Await check() until it returns something truthy; alive() may raise to fail early."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if alive is not None:
+            alive()
+        last = await check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+class RunningConsumer:
+    """Consumer.run() as a task of this loop; stop() then awaits it (bounded)."""
+
+    def __init__(self, app: ConsumerApp) -> None:
+        self.consumer = Consumer(app)
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def stats(self) -> Any:
+        return self.consumer.stats
+
+    def check_alive(self) -> None:
+        if self.task is not None and self.task.done():
+            exc = self.task.exception()
+            raise AssertionError(f"the consumer stopped by itself: {exc!r}") from exc
+
+    async def stop(self, timeout: float = 60) -> None:
+        self.consumer.stop()
+        if self.task is not None:
+            await asyncio.wait_for(self.task, timeout)
+
+
+@contextlib.asynccontextmanager
+async def running_consumer(app: ConsumerApp) -> AsyncIterator[RunningConsumer]:
+    running = RunningConsumer(app)
+    running.task = asyncio.create_task(running.consumer.run(), name="consumer")
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+# --------------------------------------------------------------------------- subprocesses
+
+
+def consumer_env(
+    backend: Backend,
+    bootstrap: str,
+    *,
+    topics: Sequence[str],
+    group: str,
+    name: str,
+    adapter: str = "psycopg_async",
+    **extra: Any,
+) -> dict[str, str]:
+    """Environment for tests.support.consumer_app (see that module for every variable)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONSUMER_TEST_")}
+    values: dict[str, Any] = {
+        "dialect": backend.dialect,
+        "database": backend.target,
+        "bootstrap": bootstrap,
+        "topics": ",".join(topics),
+        "group": group,
+        "name": name,
+        "adapter": adapter,
+        **extra,
+    }
+    for key, value in values.items():
+        if value is not None:
+            env[f"CONSUMER_TEST_{key.upper()}"] = str(value)
+    return env
+
+
+class ConsumerProcess:
+    """`python -m consumer_lib.cli run tests.support.consumer_app:build` as a child process."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, app: str = APP, name: str = "") -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "consumer_lib.cli", "run", app],
+            env=env,
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> int:
+        self.signal(signal.SIGKILL)
+        return self.wait(30)
+
+    def terminate(self, timeout: float = 60) -> int:
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.returncode is not None:
+                self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def wait_log(self, text: str, timeout: float = 60) -> None:
+        """Until the log contains text; fails early when the process exits."""
+
+        async def seen() -> bool:
+            if text in self.log():
+                return True
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"consumer {self.name} exited {self.proc.returncode} before logging "
+                    f"{text!r}:\n{self.log()[-3000:]}"
+                )
+            return False
+
+        await until(seen, timeout, f"{text!r} in the log of consumer {self.name}", interval=0.05)
+
+
+class ConsumerFleet:
+    """The consumer subprocesses of one test; whatever still runs at teardown is killed."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.procs: list[ConsumerProcess] = []
+
+    def start(self, env: dict[str, str], name: str) -> ConsumerProcess:
+        proc = ConsumerProcess(env, self.folder / f"consumer-{name}.log", name=name)
+        self.procs.append(proc)
+        return proc
+
+    def running(self) -> list[ConsumerProcess]:
+        return [p for p in self.procs if p.running]
+
+    def logs(self, tail: int = 3000) -> str:
+        return "\n".join(f"=== {p.name}\n{p.log()[-tail:]}" for p in self.procs)
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.running:
+                with contextlib.suppress(Exception):
+                    proc.kill()

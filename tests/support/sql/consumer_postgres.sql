@@ -1,0 +1,49 @@
+-- The consumer tests' business table and read-backs, Postgres (psycopg paramstyle).
+-- consumer_effects has no unique constraint on purpose: a handler that ran twice for one
+-- event shows up as two rows instead of failing on a constraint.
+
+-- name: effects_create
+CREATE TABLE consumer_effects (
+    id bigserial PRIMARY KEY,
+    consumer_group text NOT NULL,
+    event_id text,
+    event_key text,
+    event_type text,
+    topic text NOT NULL,
+    kafka_partition integer NOT NULL,
+    kafka_offset bigint NOT NULL,
+    n bigint,
+    applied_by text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- name: effect_insert
+-- The handler's write, in the transaction consumer_lib opened for the record.
+INSERT INTO consumer_effects (
+    consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset, n,
+    applied_by
+) VALUES (
+    %(consumer_group)s, %(event_id)s, %(event_key)s, %(event_type)s, %(topic)s,
+    %(kafka_partition)s, %(kafka_offset)s, %(n)s, %(applied_by)s
+);
+
+-- name: effects_all
+SELECT consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset,
+       n, applied_by, id
+FROM consumer_effects ORDER BY id;
+
+-- name: effects_applied_before
+-- Effects whose row was written before a moment (the database clock is this machine's).
+SELECT consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset,
+       n, applied_by, id
+FROM consumer_effects WHERE applied_at < %(before)s ORDER BY id;
+
+-- name: processed_event_ids
+SELECT event_id::text FROM processed_events WHERE consumer_group = %(consumer_group)s;
+
+-- name: backends_terminate
+-- A database blip: ends every other client connection to this database (the consumer's,
+-- mid-transaction included); they see an OperationalError on their next statement.
+SELECT count(pg_terminate_backend(pid))
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend';

@@ -1,0 +1,36 @@
+-- The consumer tests' business table and read-backs, SQLite (named paramstyle).
+-- consumer_effects has no unique constraint on purpose: a handler that ran twice for one
+-- event shows up as two rows instead of failing on a constraint.
+
+-- name: effects_create
+CREATE TABLE consumer_effects (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    consumer_group TEXT NOT NULL,
+    event_id TEXT,
+    event_key TEXT,
+    event_type TEXT,
+    topic TEXT NOT NULL,
+    kafka_partition INTEGER NOT NULL,
+    kafka_offset INTEGER NOT NULL,
+    n INTEGER,
+    applied_by TEXT NOT NULL,
+    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+
+-- name: effect_insert
+-- The handler's write, in the transaction consumer_lib opened for the record.
+INSERT INTO consumer_effects (
+    consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset, n,
+    applied_by
+) VALUES (
+    :consumer_group, :event_id, :event_key, :event_type, :topic, :kafka_partition,
+    :kafka_offset, :n, :applied_by
+);
+
+-- name: effects_all
+SELECT consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset,
+       n, applied_by, id
+FROM consumer_effects ORDER BY id;
+
+-- name: processed_event_ids
+SELECT event_id FROM processed_events WHERE consumer_group = :consumer_group;
