@@ -82,6 +82,8 @@ from producer_lib.queries import query  # noqa: E402
 from relay.kafka_security import KafkaSecurity  # noqa: E402
 
 SQL = load_sql("consumer.sql")
+# Runs in which consumer_lib met database or broker failures: their rate is not clean.
+DISTURBED: list[str] = []
 INSERT = SQL["applied_order_insert"]
 DEDUP = query("postgres", "processed_event_insert")
 
@@ -315,8 +317,14 @@ def consumer_lib(adapter: str, concurrency: int = 4) -> Contender:
         finally:
             consumer.stop()
             await asyncio.wait_for(task, 60)
-        if consumer.stats.processed != t.total or consumer.stats.duplicates:
-            raise AssertionError(f"consumer_lib applied {consumer.stats}")
+        stats = consumer.stats
+        if stats.processed != t.total or stats.duplicates:
+            raise AssertionError(f"consumer_lib applied {stats}")
+        if stats.transient_retries or stats.commit_failures:
+            DISTURBED.append(
+                f"{t.group}: {stats.transient_retries} transient retries, "
+                f"{stats.commit_failures} failed offset commits (a server was away?)"
+            )
         return clock.rate()
 
     return run
@@ -528,6 +536,8 @@ async def run(args: argparse.Namespace) -> int:
                 print(f"consumer_throughput: cleanup: {exc}", file=sys.stderr)
         admin(server_url, "bench_database_drop", dbname)
 
+    if DISTURBED:
+        print("\nDISTURBED runs (rerun for clean numbers):\n  " + "\n  ".join(DISTURBED))
     results = [Result(p, name, r) for (p, name), r in rates.items()]
     results.sort(key=lambda r: r.partitions)
     print()
