@@ -101,7 +101,11 @@ async def wait_exit(proc: ConsumerProcess, timeout: float) -> int | None:
 
 
 async def terminate(proc: ConsumerProcess, timeout: float = 60) -> int:
-    """SIGTERM; a consumer must finish its records, commit, leave the group and exit 0."""
+    """SIGTERM; a consumer must finish its records, commit, leave the group and exit 0.
+
+    Only once it runs: a SIGTERM before the CLI installed its handler just ends the process.
+    """
+    await proc.wait_log("consumer started", 60)
     proc.signal(15)
     code = await wait_exit(proc, timeout)
     assert code == 0, f"{proc.name} exited {code} after SIGTERM:\n{proc.log()[-3000:]}"
@@ -178,7 +182,7 @@ async def test_sigkill_at_random_points_applies_every_event_exactly_once(
     full_size: bool,
 ) -> None:
     kills = 64 if full_size else 16
-    count = 6000 if full_size else 2000
+    count = 10_000 if full_size else 2000  # enough that most kills find work in progress
     partitions = 3
     rng = random.Random(40)
     topic = await topics("sigkill", partitions=partitions)
@@ -247,6 +251,7 @@ async def test_sigkill_at_random_points_applies_every_event_exactly_once(
         pending_at_kill.append(applied_but_uncommitted(found, committed))
 
     final = fleet.start(env("final", None), "final")
+    await final.wait_log(ASSIGNED, 60)  # up, whether or not anything is left to do
     await wait_all_committed(kafka_bootstrap, group, layout, fleet, 240)
     await terminate(final)
 

@@ -114,7 +114,11 @@ def settings(bootstrap: str, group: str, **over: Any) -> ConsumerSettings:
 
 
 async def wait_committed(
-    bootstrap: str, group: str, layout: Layout, timeout: float = 60, alive: Any = None
+    bootstrap: str,
+    group: str,
+    layout: Layout,
+    timeout: float = 60,
+    alive: Callable[[], None] | None = None,
 ) -> None:
     """Until the group's committed offsets reach the end of every partition written to."""
     want = layout.ends()
