@@ -386,6 +386,39 @@ async def test_transient_errors_and_cut_connections_are_retried_without_limit(
     assert await dead_letters(kafka_bootstrap, topic) == []
 
 
+async def test_psycopg_async_replaces_all_broken_idle_connections_after_one_failure(
+    pg: Backend,
+) -> None:
+    """The pool does not test a connection on every checkout (a round trip per event);
+    when a server restart has broken all its idle connections, the first transaction fails
+    (transient, retried by the consumer) and the rest are replaced before the next one."""
+    import psycopg
+
+    db = PsycopgAsync(pg.target, max_connections=4)
+    release = asyncio.Event()
+
+    async def hold(event: object, conn: object) -> None:
+        await release.wait()
+
+    async def nothing(event: object, conn: object) -> None:
+        return None
+
+    try:
+        # Four transactions at once, the first use from several tasks: four connections.
+        busy = [asyncio.create_task(db.apply("g", str(uuid.uuid4()), hold, None)) for _ in "1234"]
+        await asyncio.sleep(1.0)
+        release.set()
+        assert await asyncio.gather(*busy) == [True] * 4
+        assert terminate_other_connections(pg) == 4  # all idle in the pool now
+
+        with pytest.raises(psycopg.OperationalError):
+            await db.apply("g", str(uuid.uuid4()), nothing, None)
+        for _ in range(8):  # without the sweep, the next three would draw a dead connection
+            assert await db.apply("g", str(uuid.uuid4()), nothing, None)
+    finally:
+        await db.close()
+
+
 def poison_records(topic_events: list[Outgoing]) -> list[Outgoing]:
     """Good events with bad records between them: what each bad one is, in its key."""
     good = iter(topic_events)
