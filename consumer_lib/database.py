@@ -131,23 +131,38 @@ class PsycopgAsync:
 
     dialect: Dialect = "postgres"
 
-    def __init__(self, conninfo: str, *, max_connections: int = 8) -> None:
+    def __init__(
+        self, conninfo: str, *, max_connections: int = 8, pool_timeout_s: float = 10.0
+    ) -> None:
+        """pool_timeout_s: how long a transaction waits for a connection (the server away)
+        before it fails as a transient error, and the record is retried."""
         from psycopg_pool import AsyncConnectionPool
 
         # No check on checkout: it costs a round trip per event (0.24 ms of 1.55 here, see
         # docs/benchmarks.md). A connection that broke fails its transaction as a transient
         # error, the record is retried, and the failure path sweeps the pool (_sweep).
-        self._pool = AsyncConnectionPool(conninfo, min_size=1, max_size=max_connections, open=False)
+        self._pool = AsyncConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max_connections,
+            timeout=pool_timeout_s,
+            open=False,
+            # psycopg_pool doubles the delay between connection attempts without a cap until
+            # reconnect_timeout, then gives up until a checkout asks again. A window as long
+            # as a checkout's wait keeps attempts seconds apart however long the server is
+            # away, and each retried record starts a new one.
+            reconnect_timeout=pool_timeout_s,
+        )
         self._opened = False
-        self._opening = asyncio.Lock()
 
     async def _ready(self) -> None:
-        if self._opened:
-            return
-        async with self._opening:  # the first records of several partitions arrive together
-            if not self._opened:
-                await self._pool.open(wait=True, timeout=30)
-                self._opened = True
+        # Not open(wait=True): a pool whose first connection times out closes for good, and
+        # a consumer started while the database is away would then retry forever in vain.
+        # This open returns at once (safe to repeat, and from several tasks); a checkout
+        # waits for the first connection, and its timeout is a transient error like any.
+        if not self._opened:
+            await self._pool.open()
+            self._opened = True
 
     async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
         await self._ready()

@@ -37,10 +37,10 @@ from tests.support.ops import (
     eventually,
     grant,
     http_get,
-    kafka_gate,
     login_roles,
     ops_port_in,
     output,
+    tcp_gate,
     with_user,
 )
 from tests.support.relay import relay_env, wait_drained
@@ -133,7 +133,7 @@ async def test_relay_run_at_debug_never_shows_the_password(
     emit(canary.owner, *(event(f"k-{i}", topic=topic) for i in range(5)))
     emit(canary.owner, event("k-big", topic=topic, payload={"blob": "x" * 2000}))
     scraped: dict[str, str] = {}
-    async with kafka_gate(kafka_bootstrap) as gate:
+    async with tcp_gate(kafka_bootstrap) as gate:
         env = _env(canary, gate.address, log_json=log_json, kafka_max_request_size=1024)
         relay = RelayRun(env, tmp_path, "relay")
         try:

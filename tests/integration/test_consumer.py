@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -30,6 +31,7 @@ from consumer_lib import (
     TransientError,
 )
 from consumer_lib.consumer import MissingIdPolicy
+from consumer_lib.database import is_transient
 from producer_lib import Event, Outbox
 from relay.kafka_security import KafkaSecurity
 from tests.support.consumers import (
@@ -60,6 +62,7 @@ from tests.support.consumers import (
 )
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, read_topic
+from tests.support.ops import tcp_gate
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.transactions import sync_tx
 
@@ -400,9 +403,6 @@ async def test_psycopg_async_replaces_all_broken_idle_connections_after_one_fail
     async def hold(event: object, conn: object) -> None:
         await release.wait()
 
-    async def nothing(event: object, conn: object) -> None:
-        return None
-
     try:
         # Four transactions at once, the first use from several tasks: four connections.
         busy = [asyncio.create_task(db.apply("g", str(uuid.uuid4()), hold, None)) for _ in "1234"]
@@ -417,6 +417,44 @@ async def test_psycopg_async_replaces_all_broken_idle_connections_after_one_fail
             assert await db.apply("g", str(uuid.uuid4()), nothing, None)
     finally:
         await db.close()
+
+
+async def test_psycopg_async_started_while_the_database_is_away_connects_once_it_is_back(
+    pg: Backend,
+) -> None:
+    """A consumer may start before its database: each transaction fails as a transient
+    error (retried by the consumer) until the server answers, and then the same
+    PsycopgAsync works; its pool is never closed for good by a first failed connection."""
+    import psycopg_pool
+
+    server = urlsplit(pg.target).netloc.rpartition("@")[2]
+    async with tcp_gate(server) as gate:  # refuses connections until it is opened
+        db = PsycopgAsync(pg.target.replace(server, gate.address, 1), pool_timeout_s=1.0)
+
+        async def apply() -> bool:
+            return await db.apply("g", str(uuid.uuid4()), nothing, None)
+
+        try:
+            for _ in range(3):
+                with pytest.raises(psycopg_pool.PoolTimeout) as away:
+                    await apply()
+                assert is_transient(away.value)
+            await gate.open()
+
+            async def applied() -> bool:
+                try:
+                    return await apply()
+                except psycopg_pool.PoolTimeout:
+                    return False
+
+            await until(applied, 30, "a transaction once the database is back")
+            assert await apply()
+        finally:
+            await db.close()
+
+
+async def nothing(event: object, conn: object) -> None:
+    return None
 
 
 def poison_records(topic_events: list[Outgoing]) -> list[Outgoing]:

@@ -270,7 +270,7 @@ def probe(url: str, name: str) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- Kafka gate
+# --------------------------------------------------------------------------- TCP gate
 
 
 def free_port() -> int:
@@ -279,13 +279,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class KafkaGate:
-    """A bootstrap address that refuses connections until open(), then forwards them to the
-    real broker. Kafka's metadata names the broker's own listener, so once a client has
-    bootstrapped through the gate it talks to the broker directly."""
+class TcpGate:
+    """An address that refuses connections until open(), then forwards them to a real
+    server ("host:port"; of a Kafka bootstrap list, the first). Kafka's metadata names the
+    broker's own listener, so once a client has bootstrapped through the gate it talks to
+    the broker directly; a Postgres client stays on the gate."""
 
-    def __init__(self, bootstrap: str) -> None:
-        host, _, port = bootstrap.split(",")[0].rpartition(":")
+    def __init__(self, target: str) -> None:
+        host, _, port = target.split(",")[0].rpartition(":")
         self._target = (host, int(port))
         self.port = free_port()
         self._server: asyncio.Server | None = None
@@ -331,8 +332,8 @@ class KafkaGate:
 
 
 @contextlib.asynccontextmanager
-async def kafka_gate(bootstrap: str) -> AsyncIterator[KafkaGate]:
-    gate = KafkaGate(bootstrap)
+async def tcp_gate(target: str) -> AsyncIterator[TcpGate]:
+    gate = TcpGate(target)
     try:
         yield gate
     finally:
