@@ -136,23 +136,12 @@ class PsycopgAsync:
     ) -> None:
         """pool_timeout_s: how long a transaction waits for a connection (the server away)
         before it fails as a transient error, and the record is retried."""
-        from psycopg_pool import AsyncConnectionPool
+        from relay.pg_pool import reconnecting_pool
 
         # No check on checkout: it costs a round trip per event (0.24 ms of 1.55 here, see
         # docs/benchmarks.md). A connection that broke fails its transaction as a transient
         # error, the record is retried, and the failure path sweeps the pool (_sweep).
-        self._pool = AsyncConnectionPool(
-            conninfo,
-            min_size=1,
-            max_size=max_connections,
-            timeout=pool_timeout_s,
-            open=False,
-            # psycopg_pool doubles the delay between connection attempts without a cap until
-            # reconnect_timeout, then gives up until a checkout asks again. A window as long
-            # as a checkout's wait keeps attempts seconds apart however long the server is
-            # away, and each retried record starts a new one.
-            reconnect_timeout=pool_timeout_s,
-        )
+        self._pool = reconnecting_pool(conninfo, max_size=max_connections, timeout=pool_timeout_s)
         self._opened = False
 
     async def _ready(self) -> None:

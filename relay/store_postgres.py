@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from producer_lib.queries import Dialect, query
 from relay.errors import LeaseLost, StoreUnavailable
+from relay.pg_pool import reconnecting_pool
 from relay.store import AppliedMigration, Backlog, ClaimedRow, Failure, Lease, Policy, Settled
 
 Rows = list[tuple[Any, ...]]
@@ -31,15 +32,14 @@ class PostgresStore:
 
     @staticmethod
     def _make_pool(url: str, size: int) -> AsyncConnectionPool[Any]:
-        return AsyncConnectionPool(
+        return reconnecting_pool(
             url,
-            min_size=1,
             max_size=size,
+            timeout=30,
             kwargs={"autocommit": True},
-            # A restarted server leaves dead connections in the pool; check before use.
+            # A restarted server leaves dead connections in the pool; check before use (one
+            # round trip per batch or heartbeat, not per event).
             check=AsyncConnectionPool.check_connection,
-            open=False,
-            reconnect_timeout=3600,
         )
 
     async def open(self) -> None:
