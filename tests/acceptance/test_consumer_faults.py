@@ -19,7 +19,6 @@ import random
 import re
 import subprocess
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import TopicFactory
 from tests.support.consumers import (
     ADAPTERS,
     ASSIGNED,
@@ -42,6 +42,7 @@ from tests.support.consumers import (
     effects,
     feed,
     make_events,
+    new_group,
     offset_problems,
     order_problems,
     prepare,
@@ -56,7 +57,6 @@ from tests.support.services import managed_services, services
 
 pytestmark = pytest.mark.integration
 
-MakeTopic = Callable[..., Awaitable[str]]
 # The broker's minimum: a killed consumer leaves the group 6 s after its last heartbeat.
 SESSION_TIMEOUT_MS = 6000
 NOT_MANAGED = (
@@ -72,7 +72,7 @@ def pg(pg_url: str) -> Backend:
 
 
 @pytest.fixture
-async def topics(kafka_bootstrap: str) -> AsyncIterator[MakeTopic]:
+async def topics(kafka_bootstrap: str) -> AsyncIterator[TopicFactory]:
     async with consumer_topics(kafka_bootstrap) as make:
         yield make
 
@@ -82,10 +82,6 @@ def fleet(tmp_path: Path) -> Iterator[ConsumerFleet]:
     consumers = ConsumerFleet(tmp_path)
     yield consumers
     consumers.kill_all()
-
-
-def new_group() -> str:
-    return f"g-{uuid.uuid4().hex[:10]}"
 
 
 async def read_effects(backend: Backend, **kw: Any) -> list[Effect]:
@@ -177,7 +173,7 @@ def kill_plan(kills: int, rng: random.Random) -> list[Kill]:
 async def test_sigkill_at_random_points_applies_every_event_exactly_once(
     pg: Backend,
     kafka_bootstrap: str,
-    topics: MakeTopic,
+    topics: TopicFactory,
     fleet: ConsumerFleet,
     full_size: bool,
 ) -> None:
@@ -308,7 +304,7 @@ class OffsetSampler:
 async def test_consumers_joining_and_leaving_apply_every_event_exactly_once(
     pg: Backend,
     kafka_bootstrap: str,
-    topics: MakeTopic,
+    topics: TopicFactory,
     fleet: ConsumerFleet,
     full_size: bool,
 ) -> None:
@@ -404,7 +400,7 @@ async def test_consumers_joining_and_leaving_apply_every_event_exactly_once(
 async def test_database_down_for_10s_commits_no_offset_past_unapplied_records_and_resumes(
     pg: Backend,
     kafka_bootstrap: str,
-    topics: MakeTopic,
+    topics: TopicFactory,
     fleet: ConsumerFleet,
 ) -> None:
     """One consumer per database adapter; Postgres stops for 10 s while records keep

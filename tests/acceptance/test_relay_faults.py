@@ -48,8 +48,8 @@ from tests.support.faults import (
     wait_split,
 )
 from tests.support.kafka import read_topic
+from tests.support.processes import ROOT
 from tests.support.relay import (
-    ROOT,
     expected_from_db,
     judge,
     judge_topic,

@@ -34,9 +34,9 @@ from consumer_lib.consumer import MissingIdPolicy
 from consumer_lib.database import is_transient
 from producer_lib import Event, Outbox
 from relay.kafka_security import KafkaSecurity
+from tests.conftest import TopicFactory
 from tests.support.consumers import (
     ADAPTERS,
-    ROOT,
     ConsumerProcess,
     GroupOffsets,
     Layout,
@@ -49,6 +49,7 @@ from tests.support.consumers import (
     effects,
     make_database,
     make_events,
+    new_group,
     offset_problems,
     order_problems,
     prepare,
@@ -63,12 +64,12 @@ from tests.support.consumers import (
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, read_topic
 from tests.support.ops import tcp_gate
+from tests.support.processes import ROOT
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
 
-MakeTopic = Callable[..., Awaitable[str]]
 
 # (adapter, dialect): PsycopgAsync is Postgres only.
 CASES = [
@@ -97,13 +98,9 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
 
 
 @pytest.fixture
-async def topics(kafka_bootstrap: str) -> AsyncIterator[MakeTopic]:
+async def topics(kafka_bootstrap: str) -> AsyncIterator[TopicFactory]:
     async with consumer_topics(kafka_bootstrap) as make:
         yield make
-
-
-def new_group() -> str:
-    return f"g-{uuid.uuid4().hex[:10]}"
 
 
 def settings(bootstrap: str, group: str, **over: Any) -> ConsumerSettings:
@@ -147,7 +144,7 @@ def header(record: Record, name: str) -> str:
 
 
 async def test_each_adapter_applies_every_event_once_despite_duplicates(
-    case: tuple[str, Backend], kafka_bootstrap: str, topics: MakeTopic
+    case: tuple[str, Backend], kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     adapter, backend = case
     topic = await topics("adapters", partitions=3)
@@ -183,7 +180,7 @@ async def test_each_adapter_applies_every_event_once_despite_duplicates(
 
 
 async def test_dedup_is_per_group_and_a_republished_topic_applies_nothing_twice(
-    pg: Backend, kafka_bootstrap: str, topics: MakeTopic
+    pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     topic = await topics("regroup", partitions=2)
     events = make_events(100, keys=20, partitions=2, seed=3)
@@ -245,7 +242,7 @@ def emit_orders(backend: Backend, topic: str, n: int, seed: int) -> tuple[list[s
 
 
 async def test_producer_lib_to_relay_to_consumer_lib_applies_each_committed_event_once(
-    backend: Backend, kafka_bootstrap: str, topics: MakeTopic
+    backend: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     """emit in the service's transaction -> relay -> Kafka -> consumer_lib, all real; the
     consumer's dedup table and effects live in the same database as the outbox."""
@@ -287,7 +284,7 @@ async def test_producer_lib_to_relay_to_consumer_lib_applies_each_committed_even
 
 
 async def test_failed_attempts_roll_back_retry_reruns_then_dead_letter_and_go_on(
-    case: tuple[str, Backend], kafka_bootstrap: str, topics: MakeTopic
+    case: tuple[str, Backend], kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     """A failing handler's transaction rolls back with its dedup row, so the retry really
     runs the handler again; after max_attempts the record goes to the dead-letter topic
@@ -348,7 +345,7 @@ async def test_failed_attempts_roll_back_retry_reruns_then_dead_letter_and_go_on
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 async def test_transient_errors_and_cut_connections_are_retried_without_limit(
-    adapter: str, pg: Backend, kafka_bootstrap: str, topics: MakeTopic
+    adapter: str, pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     """TransientError and a connection cut mid-transaction (pg_terminate_backend) are
     retried without counting against max_attempts: applied once, nothing dead-lettered."""
@@ -490,7 +487,7 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_consumption_contin
     unhandled: Any,
     pg: Backend,
     kafka_bootstrap: str,
-    topics: MakeTopic,
+    topics: TopicFactory,
 ) -> None:
     topic = await topics("poison")
     good = make_events(5, keys=5, seed=8)
@@ -536,7 +533,7 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_consumption_contin
 
 
 async def test_committed_offsets_never_pass_a_record_whose_effect_is_not_committed(
-    pg: Backend, kafka_bootstrap: str, topics: MakeTopic
+    pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     """Two probes, all the run long: inside the handler (before its commit), the group's
     committed offset must not be past the record; and a sampler that reads the committed
@@ -590,7 +587,7 @@ async def test_committed_offsets_never_pass_a_record_whose_effect_is_not_committ
 
 
 async def test_two_consumers_share_a_group_and_hand_over_on_graceful_stop(
-    pg: Backend, kafka_bootstrap: str, topics: MakeTopic
+    pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     topic = await topics("share", partitions=6)
     records = with_duplicates(make_events(900, keys=90, partitions=6, seed=11), 50, seed=12)
@@ -633,7 +630,7 @@ async def _at_least(count: Callable[[], Awaitable[int]], n: int) -> bool:
 
 @pytest.mark.parametrize("adapter", ["psycopg_async", "sqlalchemy_async"])
 async def test_stop_gives_a_stuck_handler_shutdown_grace_s_then_leaves_its_record(
-    adapter: str, pg: Backend, kafka_bootstrap: str, topics: MakeTopic
+    adapter: str, pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     """stop() (SIGTERM in the CLI) waits shutdown_grace_s for the records in flight, then
     cancels them: the stuck record rolls back, its offset stays uncommitted, and the next
@@ -702,7 +699,7 @@ def test_cli_exits_2_on_a_bad_app_path(target: str) -> None:
 
 
 async def test_cli_runs_an_app_and_stops_with_exit_0_on_sigterm(
-    pg: Backend, kafka_bootstrap: str, topics: MakeTopic, tmp_path: Path
+    pg: Backend, kafka_bootstrap: str, topics: TopicFactory, tmp_path: Path
 ) -> None:
     topic = await topics("cli", partitions=2)
     layout = await produce(kafka_bootstrap, topic, make_events(200, partitions=2, seed=13))

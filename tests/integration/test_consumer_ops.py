@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from consumer_lib import (
     PsycopgAsync,
 )
 from relay.kafka_security import KafkaSecurity
+from tests.conftest import TopicFactory
 from tests.support.consumers import (
     Outgoing,
     consumer_topics,
@@ -38,8 +39,6 @@ from tests.support.ops import Metrics, http_get, scrape
 
 pytestmark = pytest.mark.integration
 
-MakeTopic = Callable[..., Awaitable[str]]
-
 
 @pytest.fixture
 def pg(pg_url: str) -> Backend:
@@ -47,7 +46,7 @@ def pg(pg_url: str) -> Backend:
 
 
 @pytest.fixture
-async def topics(kafka_bootstrap: str) -> AsyncIterator[MakeTopic]:
+async def topics(kafka_bootstrap: str) -> AsyncIterator[TopicFactory]:
     async with consumer_topics(kafka_bootstrap) as make:
         yield make
 
@@ -61,7 +60,7 @@ async def _ops_port(consumer: Consumer) -> int:
 
 
 async def test_consumer_metrics_count_outcomes_and_lag_counts_what_is_not_applied(
-    pg: Backend, kafka_bootstrap: str, topics: MakeTopic
+    pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     topic = await topics("cops")
     events = make_events(20, keys=5, seed=7)

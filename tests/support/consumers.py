@@ -14,9 +14,6 @@ import contextlib
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -41,8 +38,8 @@ from consumer_lib.database import Handler
 from producer_lib.queries import Dialect, parse_blocks
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import create_topics, delete_topics, unique_topic_name
+from tests.support.processes import ChildProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 _SQL = Path(__file__).parent / "sql"
 CONSUMER_SQL: dict[Dialect, dict[str, str]] = {
     d: parse_blocks((_SQL / f"consumer_{d}.sql").read_text(), f"consumer_{d}.sql")
@@ -493,6 +490,11 @@ async def drop_topics_with_dead_letters(bootstrap: str, topics: Iterable[str]) -
     await delete_topics(bootstrap, names)
 
 
+def new_group() -> str:
+    """A consumer group of its own for one test."""
+    return f"g-{uuid.uuid4().hex[:10]}"
+
+
 @contextlib.asynccontextmanager
 async def consumer_topics(bootstrap: str) -> AsyncIterator[Callable[..., Awaitable[str]]]:
     """make(prefix, partitions) creates a private topic; each one and the dead-letter topic a
@@ -602,48 +604,11 @@ def consumer_env(
     return env
 
 
-class ConsumerProcess:
+class ConsumerProcess(ChildProcess):
     """`python -m consumer_lib.cli run tests.support.consumer_app:build` as a child process."""
 
     def __init__(self, env: dict[str, str], log_path: Path, app: str = APP, name: str = "") -> None:
-        self.name = name
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "consumer_lib.cli", "run", app],
-            env=env,
-            cwd=ROOT,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    @property
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> int:
-        self.signal(signal.SIGKILL)
-        return self.wait(30)
-
-    def terminate(self, timeout: float = 60) -> int:
-        self.signal(signal.SIGTERM)
-        return self.wait(timeout)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            if self.proc.returncode is not None:
-                self._log.close()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__(["-m", "consumer_lib.cli", "run", app], env, log_path, name)
 
     async def wait_log(self, text: str, timeout: float = 60) -> None:
         """Until the log contains text; fails early when the process exits."""

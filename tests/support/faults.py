@@ -161,7 +161,7 @@ class RelayFleet:
 
     def kill_all(self) -> None:
         for proc in self.procs.values():
-            if proc.proc.poll() is None:
+            if proc.running:
                 with contextlib.suppress(Exception):
                     proc.kill()
 

@@ -6,9 +6,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
@@ -20,8 +17,7 @@ from relay.config import RelaySettings, load_settings
 from relay.service import RelayService
 from tests.support.db import Backend
 from tests.support.kafka import Record, read_topic
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import ChildProcess
 
 # Fast enough for tests, still honest: leases expire and move in seconds.
 FAST: dict[str, Any] = {
@@ -77,46 +73,11 @@ async def running_relay(settings: RelaySettings, **kw: Any) -> AsyncIterator[Rel
         await asyncio.wait_for(task, timeout=60)
 
 
-class RelayProcess:
+class RelayProcess(ChildProcess):
     """`outbox-relay run` as a child process, for kills, pauses and signals."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "relay.cli", "run"],
-            env=env,
-            cwd=ROOT,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        self.wait(30)
-
-    def terminate(self, timeout: float = 60) -> int:
-        self.signal(signal.SIGTERM)
-        return self.wait(timeout)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            if self.proc.returncode is not None:
-                self._log.close()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def __init__(self, env: dict[str, str], log_path: Path, name: str = "") -> None:
+        super().__init__(["-m", "relay.cli", "run"], env, log_path, name)
 
 
 async def wait_drained(backend: Backend, timeout: float = 60.0, *, parked_ok: bool = False) -> None:
