@@ -36,7 +36,7 @@ from sqlalchemy import BigInteger, create_engine
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from producer_lib import Outbox, migrate
+from producer_lib import Event, Outbox, migrate
 from producer_lib.connect import DatabaseUrl
 from producer_lib.queries import parse_blocks
 
@@ -89,6 +89,17 @@ def make_orders(rng: random.Random, count: int) -> list[Order]:
 
 def order_payload(order_id: int, order: Order) -> dict[str, Any]:
     return {"order_id": order_id, **order.details}
+
+
+def sequenced_order_event(rng: random.Random, keys: int, seq: int, order: Order) -> Event:
+    """The relay benchmarks' event: a random one of `keys` customers as its key, and its
+    sequence number in the payload (for latency and loss accounting)."""
+    return Event(
+        TOPIC,
+        f"customer-{rng.randrange(keys):04d}",
+        EVENT_TYPE,
+        {"seq": seq, **order_payload(seq, order)},
+    )
 
 
 class OrderRow(DeclarativeBase):

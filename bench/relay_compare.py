@@ -61,8 +61,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from bench import procstat
-from bench.emit_overhead import make_orders, order_payload, with_database
-from producer_lib import Event, Outbox, migrate
+from bench.emit_overhead import TOPIC, make_orders, sequenced_order_event, with_database
+from producer_lib import Outbox, migrate
 from producer_lib.queries import parse_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,8 +76,6 @@ BENCH_PG_OPTIONS = "-c wal_level=logical -c max_replication_slots=10 -c max_wal_
 KAFKA_VERSION = "4.1.1"
 DEBEZIUM_VERSION = "3.6.1.Final"
 
-TOPIC = "orders"
-EVENT_TYPE = "OrderPlaced"
 LOAD_CHUNK = 1000
 SAMPLE_S = 0.05
 LATENCY_WARM_ROWS = 20_000  # backlog drained before the offered loads, as warm-up
@@ -251,12 +249,7 @@ def build_template(services: Services, run_id: str, events: int, keys: int, seed
             outbox.emit_batch(
                 conn,
                 [
-                    Event(
-                        TOPIC,
-                        f"customer-{rng.randrange(keys):04d}",
-                        EVENT_TYPE,
-                        {"seq": start + i, **order_payload(start + i, order)},
-                    )
+                    sequenced_order_event(rng, keys, start + i, order)
                     for i, order in enumerate(batch)
                 ],
             )

@@ -25,11 +25,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.emit_overhead import TOPIC
 from bench.relay_compare import (
     BENCH_CACHE,
     BENCH_KAFKA_PORT,
     BENCH_PG_PORT,
-    TOPIC,
     TopicCounter,
     build_template,
     copy_database,

@@ -20,11 +20,8 @@ from collections.abc import Sequence
 
 import psycopg
 
-from bench.emit_overhead import make_orders, order_payload
-from producer_lib import Event, Outbox
-
-TOPIC = "orders"
-EVENT_TYPE = "OrderPlaced"
+from bench.emit_overhead import make_orders, sequenced_order_event
+from producer_lib import Outbox
 
 
 def produce(
@@ -44,15 +41,7 @@ def produce(
                 outbox.emit_batch(
                     conn,
                     [
-                        Event(
-                            TOPIC,
-                            f"customer-{rng.randrange(keys):04d}",
-                            EVENT_TYPE,
-                            {
-                                "seq": first_seq + i,
-                                **order_payload(first_seq + i, orders[i % len(orders)]),
-                            },
-                        )
+                        sequenced_order_event(rng, keys, first_seq + i, orders[i % len(orders)])
                         for i in range(sent, due)
                     ],
                 )
