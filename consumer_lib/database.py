@@ -142,16 +142,14 @@ class PsycopgAsync:
         # docs/benchmarks.md). A connection that broke fails its transaction as a transient
         # error, the record is retried, and the failure path sweeps the pool (_sweep).
         self._pool = reconnecting_pool(conninfo, max_size=max_connections, timeout=pool_timeout_s)
-        self._opened = False
 
     async def _ready(self) -> None:
         # Not open(wait=True): a pool whose first connection times out closes for good, and
         # a consumer started while the database is away would then retry forever in vain.
         # This open returns at once (safe to repeat, and from several tasks); a checkout
         # waits for the first connection, and its timeout is a transient error like any.
-        if not self._opened:
+        if self._pool.closed:  # not opened yet (a pool closed after use refuses to reopen)
             await self._pool.open()
-            self._opened = True
 
     async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
         await self._ready()
@@ -190,8 +188,7 @@ class PsycopgAsync:
             return int(cur.rowcount)
 
     async def close(self) -> None:
-        if self._opened:
-            await self._pool.close()
+        await self._pool.close()  # a no-op on a pool never opened
 
 
 def _seconds(dialect: Dialect, value: float) -> Any:
