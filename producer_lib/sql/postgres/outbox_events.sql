@@ -68,6 +68,9 @@ WHERE e.shard = %(shard)s
       SELECT 1 FROM outbox_events b
       WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
         AND b.published_at IS NULL
+        -- Implied by the next line; written out because it is the predicate of the
+        -- partial index outbox_events_blocking_idx, which the planner uses only when a
+        -- query states it.
         AND (b.status = 'parked' OR b.attempts > 0)
         AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
   )
