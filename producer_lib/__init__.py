@@ -8,6 +8,7 @@ with Session(engine) as session, session.begin():
                 event_type="OrderPlaced", payload={"id": order.id})
 """
 
+from outbox_core.migrate import MigrationReport, migrate
 from producer_lib.errors import (
     ConfigurationError,
     DatabaseError,
@@ -24,7 +25,6 @@ from producer_lib.errors import (
     UnsupportedConnection,
 )
 from producer_lib.events import Event
-from producer_lib.migrate import MigrationReport, migrate
 from producer_lib.outbox import EventEmitter, Outbox
 from producer_lib.recorder import RecordedEvent, RecordingOutbox
 from producer_lib.serialization import JsonSerializer, Serialized, Serializer

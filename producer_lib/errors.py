@@ -1,4 +1,5 @@
-"""Every error producer_lib raises derives from OutboxError.
+"""producer_lib's errors. The root, OutboxError, is the project's (outbox_core.errors), as
+are the database, configuration and migration errors; the event errors are producer_lib's.
 
 `retriable` tells the caller whether running the same transaction again may succeed
 (a lost connection, a serialization failure, a deadlock) or never will (bad input).
@@ -6,11 +7,15 @@
 
 from __future__ import annotations
 
-
-class OutboxError(Exception):
-    """Root of producer_lib's exceptions."""
-
-    retriable: bool = False
+from outbox_core.errors import (
+    ConfigurationError,
+    DatabaseError,
+    MigrationError,
+    NoTransaction,
+    OutboxError,
+    UnknownMigration,
+    UnsupportedConnection,
+)
 
 
 class InvalidEvent(OutboxError, ValueError):
@@ -38,14 +43,6 @@ class InvalidHeader(InvalidEvent):
     """A user header has a bad name or value, or uses a reserved name."""
 
 
-class NoTransaction(OutboxError):
-    """The connection is in autocommit mode with no open transaction to join."""
-
-
-class UnsupportedConnection(OutboxError, TypeError):
-    """emit was given an object that is not a supported connection or session."""
-
-
 class IdempotencyConflict(OutboxError):
     """The idempotency key was already used for an event with a different body."""
 
@@ -55,26 +52,22 @@ class IdempotencyConflict(OutboxError):
         self.existing_event_id = existing_event_id
 
 
-class ConfigurationError(OutboxError, ValueError):
-    """A setting is invalid, or disagrees with what the database records."""
-
-
-class MigrationError(OutboxError):
-    """The schema cannot be brought to the version this code expects."""
-
-
-class UnknownMigration(MigrationError):
-    """The database records migrations this code does not know: it is newer, or foreign."""
-
-
-class DatabaseError(OutboxError):
-    """The database driver failed; the driver's exception is the __cause__."""
-
-    def __init__(self, message: str, *, retriable: bool, sqlstate: str | None = None) -> None:
-        super().__init__(message)
-        self.retriable = retriable
-        self.sqlstate = sqlstate
-
-
 class DuplicateEventId(InvalidEvent):
     """An event with this event_id is already in the outbox."""
+
+
+__all__ = [
+    "ConfigurationError",
+    "DatabaseError",
+    "DuplicateEventId",
+    "IdempotencyConflict",
+    "InvalidEvent",
+    "InvalidHeader",
+    "MigrationError",
+    "NoTransaction",
+    "OutboxError",
+    "PayloadTooLarge",
+    "SerializationError",
+    "UnknownMigration",
+    "UnsupportedConnection",
+]

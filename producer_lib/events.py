@@ -11,10 +11,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from outbox_core.sharding import shard_for
 from producer_lib.errors import InvalidEvent, PayloadTooLarge
 from producer_lib.headers import build_headers, validate_user_headers
 from producer_lib.serialization import Serializer, serialize
-from producer_lib.sharding import shard_for
 
 # Kafka's own rule for topic names.
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from producer_lib.drivers import async_executor, run_plan, run_plan_async, sync_executor
-from producer_lib.errors import ConfigurationError
+from outbox_core.errors import UniqueViolation
+from outbox_core.executors import run_plan, run_plan_async
+from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS
+from producer_lib.errors import ConfigurationError, DuplicateEventId
 from producer_lib.events import DeliverAfter, Event, EventRow, prepare
 from producer_lib.plans import WriteOptions, emit_many, emit_one
 from producer_lib.serialization import JsonSerializer, Serializer
-from producer_lib.sharding import MAX_SHARDS
+from producer_lib.transactions import async_executor, sync_executor
 
 DEFAULT_SHARD_COUNT = 16
 # aiokafka's default max_request_size is 1,048,576 bytes; leave room for the record
 # batch framing so an accepted event is never too large for the relay's producer.
 DEFAULT_MAX_EVENT_BYTES = 1_000_000
-# First half of pg_advisory_xact_lock(int, int): keeps our locks apart from the app's.
-DEFAULT_LOCK_NAMESPACE = 0x0B0C
+# The unique constraint on outbox_events.event_id, as Postgres and SQLite name it.
+_EVENT_ID_UNIQUE = ("outbox_events_event_id_key", "outbox_events.event_id")
 _CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -143,7 +146,8 @@ class Outbox:
             )
         )
         executor = sync_executor(conn)
-        result: uuid.UUID = run_plan(emit_one(row, executor.dialect, self._opts), executor)
+        with _duplicates_named():
+            result: uuid.UUID = run_plan(emit_one(row, executor.dialect, self._opts), executor)
         self._checked()
         return result
 
@@ -151,7 +155,10 @@ class Outbox:
         """Write many events in one statement (per event when idempotency keys are used)."""
         rows = [self.prepare(e) for e in events]
         executor = sync_executor(conn)
-        result: list[uuid.UUID] = run_plan(emit_many(rows, executor.dialect, self._opts), executor)
+        with _duplicates_named():
+            result: list[uuid.UUID] = run_plan(
+                emit_many(rows, executor.dialect, self._opts), executor
+            )
         self._checked()
         return result
 
@@ -175,17 +182,33 @@ class Outbox:
             )
         )
         executor = await async_executor(conn)
-        result: uuid.UUID = await run_plan_async(
-            emit_one(row, executor.dialect, self._opts), executor
-        )
+        with _duplicates_named():
+            result: uuid.UUID = await run_plan_async(
+                emit_one(row, executor.dialect, self._opts), executor
+            )
         self._checked()
         return result
 
     async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
         rows = [self.prepare(e) for e in events]
         executor = await async_executor(conn)
-        result: list[uuid.UUID] = await run_plan_async(
-            emit_many(rows, executor.dialect, self._opts), executor
-        )
+        with _duplicates_named():
+            result: list[uuid.UUID] = await run_plan_async(
+                emit_many(rows, executor.dialect, self._opts), executor
+            )
         self._checked()
         return result
+
+
+@contextlib.contextmanager
+def _duplicates_named() -> Iterator[None]:
+    """A unique violation on outbox_events.event_id is the caller's input, not the
+    database's failure: it is an InvalidEvent (DuplicateEventId)."""
+    try:
+        yield
+    except UniqueViolation as exc:
+        if not any(name in str(exc) for name in _EVENT_ID_UNIQUE):
+            raise
+        raise DuplicateEventId(
+            "an event with this event_id already exists", field="event_id"
+        ) from exc

@@ -1,34 +1,23 @@
-"""What emit does, as a sequence of named queries, independent of driver and of sync/async.
+"""What emit does, as plans of named statements, independent of driver and of sync/async.
 
-A plan is a generator: it yields a Step, receives the rows the step returned, and
-finally returns its result. drivers.py runs plans on a real connection; the same plan
-serves sync and async code, Postgres and SQLite.
+A plan (outbox_core.executors.Plan) yields Statements, receives the rows each returned,
+and finally returns its result; the executor of the caller's connection runs it
+(transactions.py), so the same plan serves sync and async code, Postgres and SQLite.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from outbox_core.codec import codec_for
+from outbox_core.database_url import Dialect
+from outbox_core.executors import Plan, Statement
+from outbox_core.sharding import lock_key
 from producer_lib.errors import ConfigurationError, IdempotencyConflict
 from producer_lib.events import EventRow
-from producer_lib.queries import Dialect
-from producer_lib.sharding import lock_key
-
-Rows = list[tuple[Any, ...]]
-
-
-@dataclass(frozen=True)
-class Step:
-    query: str
-    params: Mapping[str, Any] | Sequence[Mapping[str, Any]]
-    many: bool = False
-
-
-Plan = Generator[Step, Rows, Any]
 
 
 @dataclass(frozen=True)
@@ -41,39 +30,24 @@ class WriteOptions:
     notify_channel: str | None = None
 
 
-def _sqlite_time(value: dt.datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def row_params(row: EventRow, dialect: Dialect, opts: WriteOptions) -> dict[str, Any]:
-    if dialect == "postgres":
-        return {
-            "event_id": row.event_id,
-            "topic": row.topic,
-            "key": row.key,
-            "shard": row.shard,
-            "event_type": row.event_type,
-            "payload": row.payload,
-            "headers": row.headers_json,
-            "available_at": row.available_at,
-            "delay_s": row.delay_s,
-            "lock_ns": opts.lock_namespace,
-            "lock_key": lock_key(row.topic, row.key) if opts.per_key_lock else None,
-            "notify_channel": opts.notify_channel,
-        }
-    return {
-        "event_id": str(row.event_id),
+    codec = codec_for(dialect)
+    params: dict[str, Any] = {
+        "event_id": codec.uuid(row.event_id),
         "topic": row.topic,
         "key": row.key,
         "shard": row.shard,
         "event_type": row.event_type,
         "payload": row.payload,
         "headers": row.headers_json,
-        "available_at": _sqlite_time(row.available_at),
-        "delay_s": f"{row.delay_s:.6f}",
+        "available_at": codec.time(row.available_at),
+        "delay_s": codec.seconds(row.delay_s),
     }
+    if dialect == "postgres":  # SQLite has one writer at a time: no lock, no hint
+        params["lock_ns"] = opts.lock_namespace
+        params["lock_key"] = lock_key(row.topic, row.key) if opts.per_key_lock else None
+        params["notify_channel"] = opts.notify_channel
+    return params
 
 
 def _db_uuid(value: Any) -> uuid.UUID:
@@ -81,7 +55,7 @@ def _db_uuid(value: Any) -> uuid.UUID:
 
 
 def check_shard_count(opts: WriteOptions) -> Plan:
-    rows = yield Step("setting_get", {"name": "shard_count"})
+    rows = yield Statement("setting_get", {"name": "shard_count"})
     if not rows:
         raise ConfigurationError(
             "outbox_settings has no shard_count: run the migrations (outbox-relay migrate)"
@@ -100,17 +74,17 @@ def emit_one(row: EventRow, dialect: Dialect, opts: WriteOptions) -> Plan:
         yield from check_shard_count(opts)
     if row.idempotency_key is not None:
         key_params = {"scope": opts.scope, "idempotency_key": row.idempotency_key}
-        inserted = yield Step(
+        inserted = yield Statement(
             "idempotency_insert",
             {
                 **key_params,
                 "body_hash": row.body_hash,
-                "event_id": row.event_id if dialect == "postgres" else str(row.event_id),
+                "event_id": codec_for(dialect).uuid(row.event_id),
             },
         )
         if not inserted:
             # Another transaction holds the key and has committed (Postgres waited for it).
-            existing = yield Step("idempotency_get", key_params)
+            existing = yield Statement("idempotency_get", key_params)
             stored_hash, stored_id = existing[0]
             if bytes(stored_hash) != row.body_hash:
                 raise IdempotencyConflict(
@@ -120,7 +94,7 @@ def emit_one(row: EventRow, dialect: Dialect, opts: WriteOptions) -> Plan:
                     existing_event_id=str(stored_id),
                 )
             return _db_uuid(stored_id)
-    yield Step(_insert_query(dialect, opts), row_params(row, dialect, opts))
+    yield Statement(_insert_query(dialect, opts), row_params(row, dialect, opts))
     return row.event_id
 
 
@@ -144,9 +118,9 @@ def emit_many(rows: Sequence[EventRow], dialect: Dialect, opts: WriteOptions) ->
     if opts.check_shard_count:
         yield from check_shard_count(opts)
     if dialect == "sqlite":
-        yield Step("outbox_insert", [row_params(r, dialect, opts) for r in rows], many=True)
+        yield Statement("outbox_insert", [row_params(r, dialect, opts) for r in rows], many=True)
         return [r.event_id for r in rows]
-    yield Step(
+    yield Statement(
         "outbox_insert_batch",
         {
             "lock_ns": opts.lock_namespace,

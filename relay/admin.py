@@ -7,23 +7,14 @@ Parked rows are not worked by any relay, so changing them needs no lease.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer_lib.connect import DatabaseUrl
-from producer_lib.drivers import run_step, sync_executor, translate
-from producer_lib.plans import Step
-from producer_lib.queries import Dialect
-
-
-@dataclass(frozen=True)
-class LeaseView:
-    shard: int
-    owner: str | None
-    token: int
-    live: bool
+from outbox_core.codec import codec_for
+from outbox_core.database_url import DatabaseUrl
+from outbox_core.executors import PsycopgExecutor, Rows, SqliteExecutor, Statement, translated
+from relay.store import Backlog, Lease
 
 
 @dataclass(frozen=True)
@@ -33,7 +24,7 @@ class Status:
     parked: int
     oldest_pending_age_s: float
     replicas: list[str]
-    leases: list[LeaseView]
+    leases: list[Lease]
 
 
 @dataclass(frozen=True)
@@ -71,54 +62,51 @@ class Changed:
 
 
 class _Session:
+    """One connection and one transaction, committed when the action succeeds."""
+
     def __init__(self, database_url: str) -> None:
-        self.db = DatabaseUrl.parse(database_url)
-        try:
-            self.conn: Any = self.db.connect()
-        except Exception as exc:  # driver errors leave as OutboxError, like every query's
-            raise translate(exc) from exc
-        self.executor = sync_executor(self.conn)
+        db = DatabaseUrl.parse(database_url)
+        with translated():  # driver errors leave as OutboxError, like every query's
+            self.conn: Any = db.connect()
+        self.executor = (
+            PsycopgExecutor(self.conn) if db.dialect == "postgres" else SqliteExecutor(self.conn)
+        )
+        self.codec = codec_for(db.dialect)
 
-    @property
-    def dialect(self) -> Dialect:
-        return self.db.dialect
-
-    def run(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        return run_step(self.executor, Step(name, params or {}))
+    def run(self, name: str, params: dict[str, Any] | None = None) -> Rows:
+        return self.executor.run(Statement(name, params or {}))
 
     def ids(self, ids: Sequence[int] | None) -> Any:
-        if ids is None:
-            return None
-        return list(ids) if self.dialect == "postgres" else json.dumps(list(ids))
-
-    def time(self, value: dt.datetime | None) -> Any:
-        if value is None or self.dialect == "postgres":
-            return value
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-    def seconds(self, value: float) -> Any:
-        return value if self.dialect == "postgres" else f"{value:.3f}"
+        return self.codec.array(ids)
 
     def __enter__(self) -> _Session:
         return self
 
     def __exit__(self, kind: object, *_: object) -> None:
-        try:
-            if kind is None:
-                self.conn.commit()
-            else:
-                self.conn.rollback()
-        finally:
-            self.conn.close()
+        with translated():
+            try:
+                if kind is None:
+                    self.conn.commit()
+                else:
+                    self.conn.rollback()
+            finally:
+                self.conn.close()
 
 
 def status(database_url: str) -> Status:
     with _Session(database_url) as s:
         shard_count = int(s.run("setting_get", {"name": "shard_count"})[0][0])
-        pending, parked, oldest = s.run("outbox_backlog", {"shard_count": shard_count})[0]
-        leases = [LeaseView(int(a), b, int(c), bool(d)) for a, b, c, d in s.run("lease_list")]
+        backlog = Backlog.from_row(s.run("outbox_backlog", {"shard_count": shard_count})[0])
+        leases = [Lease.from_row(r) for r in s.run("lease_list")]
         replicas = [str(r[0]) for r in s.run("replica_list_live")]
-    return Status(shard_count, int(pending), int(parked), float(oldest or 0), replicas, leases)
+    return Status(
+        shard_count,
+        backlog.pending,
+        backlog.parked,
+        backlog.oldest_pending_age_s,
+        replicas,
+        leases,
+    )
 
 
 def _parked(s: _Session, f: RowFilter) -> list[ParkedRow]:
@@ -129,7 +117,7 @@ def _parked(s: _Session, f: RowFilter) -> list[ParkedRow]:
             "topic": f.topic,
             "key": f.key,
             "error": f.error,
-            "min_age_s": s.seconds(f.min_age_s),
+            "min_age_s": s.codec.seconds(f.min_age_s),
             "limit": f.limit,
         },
     )
@@ -172,7 +160,12 @@ def replay(
     with _Session(database_url) as s:
         chosen = s.run(
             "outbox_replay_list",
-            {"ids": s.ids(ids), "since": s.time(since), "until": s.time(until), "limit": limit},
+            {
+                "ids": s.ids(ids),
+                "since": s.codec.time(since),
+                "until": s.codec.time(until),
+                "limit": limit,
+            },
         )
         targets = [int(r[0]) for r in chosen]
         done = (

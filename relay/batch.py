@@ -1,7 +1,7 @@
 """One relay step on one shard: claim a batch, publish it, settle it. No loop, no sleep.
 
-`publish_batch` returns what it did; the shard worker (service.py) decides when to call
-it again. It writes nothing unless it still holds the shard's token (fenced settle).
+`publish_batch` returns what it did; the shard worker (shard_worker.py) decides when to
+call it again. It writes nothing unless it still holds the shard's token (fenced settle).
 """
 
 from __future__ import annotations
@@ -15,15 +15,62 @@ import re
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
-from relay.config import RelaySettings
-from relay.errors import PublishFailed
+from pydantic import Field
+
+from outbox_core.settings import SettingsGroup
+from relay.errors import KafkaUnavailable, PublishFailed
 from relay.publisher import OutgoingRecord, Publisher, classify
 from relay.store import ClaimedRow, Failure, Store
 
 log = logging.getLogger("relay.batch")
 
 MAX_ERROR_CHARS = 2000
+
+
+class BatchSettings(SettingsGroup):
+    """How rows are claimed and what a failure costs them."""
+
+    batch_size: int = Field(default=500, ge=1, le=10_000, description="Rows claimed per batch.")
+    max_attempts: int = Field(
+        default=12, ge=1, description="Failed sends of one row before it is parked."
+    )
+    backoff_base_s: float = Field(
+        default=0.5, gt=0, description="Backoff after a row's first failure; doubles per attempt."
+    )
+    backoff_max_s: float = Field(default=300.0, gt=0, description="Longest backoff of one row.")
+    failure_policy: Literal["block_key", "skip"] = Field(
+        default="block_key",
+        description="block_key: a failing or parked row holds back later rows of its key; "
+        "skip: later rows go ahead.",
+    )
+
+
+class TopicSettings(SettingsGroup):
+    """Where a row's topic goes on Kafka."""
+
+    env_infix: ClassVar[str] = "topic_"
+
+    prefix: str = Field(default="", description="Prepended to every row's topic.")
+    map: dict[str, str] = Field(
+        default_factory=dict,
+        description='JSON object mapping a row topic to a Kafka topic, e.g. {"orders":"prod.orders"}.',
+    )
+
+    def kafka_topic(self, row_topic: str) -> str:
+        return self.prefix + self.map.get(row_topic, row_topic)
+
+
+@dataclass(frozen=True)
+class BatchRules:
+    """What one step needs, drawn from the settings (RelaySettings.batch_rules())."""
+
+    owner: str  # this replica: the settle is fenced on (shard, owner, token)
+    batch: BatchSettings
+    topics: TopicSettings
+    max_request_size: int  # the producer's: a larger record is refused before sending
+    keep: bool  # retention=keep: mark published rows instead of deleting them
 
 
 @dataclass(frozen=True)
@@ -41,13 +88,6 @@ class BatchOutcome:
     failures_by_reason: dict[str, int] = field(default_factory=dict, repr=False)
 
 
-@dataclass(frozen=True)
-class KafkaUnavailable(Exception):
-    """Every send of the batch failed with a transport error: nothing was settled."""
-
-    error: PublishFailed
-
-
 @functools.lru_cache(maxsize=1024)
 def _headers(headers_json: str) -> tuple[tuple[str, bytes], ...]:
     # Rows of one producer usually carry the same few header sets: parse each once.
@@ -55,9 +95,9 @@ def _headers(headers_json: str) -> tuple[tuple[str, bytes], ...]:
     return tuple((str(k), str(v).encode()) for k, v in parsed.items())
 
 
-def to_record(row: ClaimedRow, settings: RelaySettings) -> OutgoingRecord:
+def to_record(row: ClaimedRow, topics: TopicSettings) -> OutgoingRecord:
     return OutgoingRecord(
-        topic=settings.kafka_topic(row.topic),
+        topic=topics.kafka_topic(row.topic),
         key=row.key.encode(),
         value=row.payload,
         headers=[
@@ -78,14 +118,14 @@ def failure_reason(error: PublishFailed) -> str:
     return head if _REASON.match(head) else "other"
 
 
-def backoff_s(attempts_before: int, settings: RelaySettings) -> float:
+def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
     """Exponential with jitter, from the attempts persisted on the row."""
     exponent = min(attempts_before, 1023)  # 2.0**1024 overflows a float (OverflowError)
     ceiling: float = min(settings.backoff_max_s, settings.backoff_base_s * 2.0**exponent)
     return ceiling * random.uniform(0.5, 1.0)
 
 
-def _failure(row: ClaimedRow, error: PublishFailed, settings: RelaySettings) -> Failure:
+def _failure(row: ClaimedRow, error: PublishFailed, settings: BatchSettings) -> Failure:
     park = (not error.retriable) or row.attempts + 1 >= settings.max_attempts
     return Failure(row.id, str(error)[:MAX_ERROR_CHARS], backoff_s(row.attempts, settings), park)
 
@@ -96,8 +136,10 @@ async def publish_batch(
     *,
     store: Store,
     publisher: Publisher,
-    settings: RelaySettings,
+    rules: BatchRules,
 ) -> BatchOutcome:
+    settings = rules.batch
+    limit = rules.max_request_size
     rows = await store.claim(shard, settings.batch_size, settings.failure_policy)
     if not rows:
         return BatchOutcome(shard, 0)
@@ -110,7 +152,7 @@ async def publish_batch(
         if block and row.key in failed_keys:
             held_back += 1  # stays pending; the next claim waits behind its failed row
             continue
-        record = to_record(row, settings)
+        record = to_record(row, rules.topics)
         # An upper bound first (a character is at most 4 UTF-8 bytes; header names and
         # values never exceed their JSON text; event_id and event_type add 54 bytes plus
         # the type): only rows near the limit pay for the exact size.
@@ -119,13 +161,12 @@ async def publish_batch(
             + len(record.key)
             + 4 * (len(row.headers_json) + len(row.event_type))
             + 64
-            > settings.kafka_max_request_size
-            and (size := record.size) > settings.kafka_max_request_size
+            > limit
+            and (size := record.size) > limit
         ):
             # Known before sending: refuse it here so nothing later of its key goes out.
             errors[row.id] = PublishFailed(
-                f"RecordTooLarge: record of {size} bytes exceeds kafka_max_request_size "
-                f"({settings.kafka_max_request_size})",
+                f"RecordTooLarge: record of {size} bytes exceeds kafka_max_request_size ({limit})",
                 retriable=False,
             )
             failed_keys.add(row.key)
@@ -176,9 +217,7 @@ async def publish_batch(
     by_id = {row.id: row for row in rows}
     published_set = set(published)
     failures = [_failure(by_id[i], err, settings) for i, err in charged.items()]
-    await store.settle(
-        shard, settings.replica_id, token, published, failures, settings.retention == "keep"
-    )
+    await store.settle(shard, rules.owner, token, published, failures, rules.keep)
     parked = sum(1 for f in failures if f.park)
     by_topic: dict[str, int] = {}
     for row in rows:

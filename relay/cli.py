@@ -15,12 +15,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from producer_lib.connect import DatabaseUrl
-from producer_lib.errors import ConfigurationError, OutboxError
-from producer_lib.migrate import migrate
-from relay import cli_admin, logs
-from relay.config import RelaySettings, field_help, load_settings
-from relay.errors import RelayConfigError, RelayError, StartupRefused
+from outbox_core import logs
+from outbox_core.database_url import DatabaseUrl
+from outbox_core.errors import ConfigurationError, OutboxError
+from outbox_core.migrate import migrate
+from relay import cli_admin
+from relay.config import field_help, load_settings, settings_fields
+from relay.errors import RelayConfigError, StartupRefused
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -91,33 +92,35 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the relay. Every flag can also be set by the environment variable "
         "shown; flags win. Secrets (the database URL) are never printed.",
     )
-    for flag, env, text, default in field_help():
-        name = flag[2:].replace("-", "_")
-        kind = RelaySettings.model_fields[name].annotation
+    for field, (_, env, text, default) in zip(settings_fields(), field_help(), strict=True):
         help_text = f"{text} [env {env}; default {default}]"
-        if kind is bool:
+        if field.is_bool:
             run.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                field.flag,
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
             )
         else:
-            run.add_argument(flag, dest=name, default=None, metavar="VALUE", help=help_text)
+            run.add_argument(
+                field.flag, dest=field.name, default=None, metavar="VALUE", help=help_text
+            )
     return parser
 
 
 def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
-    for name, info in RelaySettings.model_fields.items():
-        value = getattr(args, name, None)
+    for field in settings_fields():
+        value = getattr(args, field.name, None)
         if value is None:
             continue
-        if info.annotation is not str and isinstance(value, str) and value.startswith("{"):
+        if field.is_json and isinstance(value, str):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
-                raise RelayConfigError(
-                    f"--{name.replace('_', '-')}: not valid JSON: {exc}"
-                ) from None
-        overrides[name] = value
+                raise RelayConfigError(f"{field.flag}: not valid JSON: {exc}") from None
+        overrides[field.name] = value
     return overrides
 
 
@@ -127,7 +130,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for url in (getattr(args, "database_url", None), os.environ.get("OUTBOX_DATABASE_URL")):
         logs.add_secrets(logs.url_secrets(url))  # before validation, which may fail
     settings = load_settings(**_run_overrides(args))
-    logs.configure(settings.log_level, settings.log_json, settings.secrets())
+    logs.configure(settings.log.level, settings.log.json_lines, settings.secrets())
 
     async def main() -> None:
         service = RelayService(settings)
@@ -169,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartupRefused as exc:
         print("outbox-relay: " + logs.redact(f"refusing to start: {exc}"), file=sys.stderr)
         return EXIT_USAGE
-    except (OutboxError, RelayError) as exc:
+    except OutboxError as exc:
         print("outbox-relay: " + logs.redact(f"{type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_FAILED
 

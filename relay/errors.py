@@ -1,14 +1,16 @@
-"""Every error the relay raises derives from RelayError; `retriable` says whether trying
-again later can succeed."""
+"""The relay's errors: a branch of the project's one root (outbox_core.errors.OutboxError);
+`retriable` says whether trying again later can succeed."""
 
 from __future__ import annotations
 
-
-class RelayError(Exception):
-    retriable: bool = False
+from outbox_core.errors import ConfigurationError, DatabaseError, OutboxError
 
 
-class RelayConfigError(RelayError, ValueError):
+class RelayError(OutboxError):
+    """Root of the relay's own errors."""
+
+
+class RelayConfigError(RelayError, ConfigurationError):
     """The configuration is invalid or unsafe; the relay refuses to start (exit code 2)."""
 
 
@@ -24,10 +26,12 @@ class LeaseLost(RelayError):
         self.shard = shard
 
 
-class StoreUnavailable(RelayError):
-    """The database could not be reached or the statement failed transiently."""
+class StoreUnavailable(RelayError, DatabaseError):
+    """A store call failed: the database could not be reached or the statement failed.
+    Always retried: state lives in the database, and the next round re-reads it."""
 
-    retriable = True
+    def __init__(self, message: str) -> None:
+        DatabaseError.__init__(self, message, retriable=True)
 
 
 class PublishFailed(RelayError):
@@ -46,3 +50,14 @@ class PublishFailed(RelayError):
         self.retriable = retriable
         self.fatal = fatal  # the producer itself is broken and must be recreated
         self.transport = retriable if transport is None else transport
+
+
+class KafkaUnavailable(RelayError):
+    """Every send of a batch failed with a transport error: nothing was settled, and the
+    shard backs off instead of charging its rows."""
+
+    retriable = True
+
+    def __init__(self, error: PublishFailed) -> None:
+        super().__init__(str(error))
+        self.error = error

@@ -1,14 +1,59 @@
-"""Who works which shard: a fair split among live replicas, held through fenced leases."""
+"""Who works which shard: a fair split among live replicas, held through fenced leases.
+
+`LeaseKeeper.run_once` is one heartbeat round: announce this replica, renew what it holds,
+and work out what to take or give; it applies the changes to the shard workers and
+returns them. `run` calls it every heartbeat_interval_s.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pydantic import Field, model_validator
+
+from outbox_core.settings import SettingsGroup
+from outbox_core.supervisor import Supervisor
+from relay.errors import StoreUnavailable
+from relay.observer import RelayObserver
+from relay.shard_worker import ShardWorkers
 from relay.store import Store
 
 log = logging.getLogger("relay.leases")
+
+
+def default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class LeaseSettings(SettingsGroup):
+    lease_ttl_s: float = Field(
+        default=10.0,
+        ge=1.0,
+        description="Shard lease length on the database clock; a crashed replica's shards move after it.",
+    )
+    heartbeat_interval_s: float = Field(
+        default=2.0, gt=0, description="How often leases and membership are renewed."
+    )
+    replica_id: str = Field(
+        default_factory=default_replica_id,
+        min_length=1,
+        max_length=200,
+        description="This replica's name in the lease table (default host-pid-random).",
+    )
+
+    @model_validator(mode="after")
+    def _intervals(self) -> LeaseSettings:
+        if self.heartbeat_interval_s * 2 > self.lease_ttl_s:
+            raise ValueError(
+                "heartbeat_interval_s (OUTBOX_HEARTBEAT_INTERVAL_S) must be at most half of "
+                "lease_ttl_s (OUTBOX_LEASE_TTL_S), or leases expire between renewals"
+            )
+        return self
 
 
 def fair_share(me: str, live: Sequence[str], shard_count: int) -> set[int]:
@@ -39,11 +84,7 @@ async def heartbeat(
     ttl_s: float,
     accepting: bool,
 ) -> LeaseChanges:
-    """One round: announce ourselves, renew what we hold, and work out what to take or give.
-
-    `held` is not modified; the caller applies the changes (stops workers of lost shards,
-    drains and releases shards to give away, starts workers for acquired ones).
-    """
+    """One round against the store; `held` is not modified (the caller applies changes)."""
     changes = LeaseChanges()
     await store.replica_heartbeat(me, ttl_s)
     changes.replicas = await store.replica_list_live()
@@ -58,3 +99,58 @@ async def heartbeat(
         if token is not None:
             changes.acquired[shard] = token
     return changes
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        settings: LeaseSettings,
+        *,
+        shard_count: int,
+        store: Store,
+        workers: ShardWorkers,
+        observer: RelayObserver,
+        supervisor: Supervisor,
+    ) -> None:
+        self.settings = settings
+        self._shard_count = shard_count
+        self._store = store
+        self._workers = workers
+        self._observer = observer
+        self._sup = supervisor
+
+    async def run_once(self) -> LeaseChanges | None:
+        """One round, applied; None when the database did not answer."""
+        s = self.settings
+        try:
+            changes = await heartbeat(
+                self._store,
+                me=s.replica_id,
+                held=self._workers.held,
+                shard_count=self._shard_count,
+                ttl_s=s.lease_ttl_s,
+                accepting=not self._sup.stopping.is_set(),
+            )
+        except StoreUnavailable as exc:
+            self._observer.store_error()
+            log.warning("lease heartbeat failed", extra={"error": str(exc)})
+            return None
+        self._sup.tick()
+        for shard in changes.lost:
+            self._observer.lease_lost()
+            log.warning("lease lost; shard worker stopped", extra={"shard": shard})
+            self._workers.drop(shard)
+        for shard in changes.to_release:
+            self._sup.spawn(f"release-{shard}", lambda shard=shard: self._workers.hand_over(shard))  # type: ignore[misc]
+        for shard, token in changes.acquired.items():
+            if token > 1:
+                self._observer.takeover()
+            log.info("lease acquired", extra={"shard": shard, "token": token})
+            self._workers.start(shard, token)
+        self._observer.lease_round(len(changes.replicas), len(self._workers.held))
+        return changes
+
+    async def run(self) -> None:
+        while not self._sup.stopping.is_set():
+            await self.run_once()
+            await self._sup.sleep(self.settings.heartbeat_interval_s)

@@ -9,15 +9,16 @@ dies, it is opened again with backoff.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
+from pydantic import Field
 
-from producer_lib.queries import query
-from relay.config import RelaySettings
+from outbox_core.queries import query
+from outbox_core.settings import SettingsGroup
+from outbox_core.supervisor import Supervisor
 
 log = logging.getLogger("relay.notify")
 
@@ -25,17 +26,29 @@ log = logging.getLogger("relay.notify")
 APPLICATION_NAME = "outbox-relay-notify"
 
 
+class NotifySettings(SettingsGroup):
+    listen_notify: bool = Field(
+        default=False,
+        description="Postgres: LISTEN for producers' coalesced NOTIFY hints (never required).",
+    )
+    notify_channel: str = Field(
+        default="outbox_events", pattern=r"^[a-z_][a-z0-9_]{0,62}$", description="NOTIFY channel."
+    )
+
+
 async def listen(
-    settings: RelaySettings,
-    stopping: asyncio.Event,
+    conninfo: str,
+    settings: NotifySettings,
+    *,
+    supervisor: Supervisor,
     wake: Callable[[int | None], None],
-    sleep: Callable[[float], Awaitable[None]],
 ) -> None:
+    stopping = supervisor.stopping
     delay = 0.5
     while not stopping.is_set():
         try:
             conn = await psycopg.AsyncConnection.connect(
-                settings.database.url,
+                conninfo,
                 autocommit=True,
                 connect_timeout=10,
                 application_name=APPLICATION_NAME,
@@ -57,5 +70,5 @@ async def listen(
                 "notify listener lost its connection; reconnecting",
                 extra={"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__},
             )
-            await sleep(delay)
+            await supervisor.sleep(delay)
             delay = min(delay * 2, 30.0)

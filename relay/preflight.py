@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from producer_lib.migrate import available
-from relay.config import RelaySettings
+from outbox_core.migrate import available
 from relay.errors import StartupRefused
 from relay.store import Store
 
 
-async def check_database(store: Store, settings: RelaySettings) -> None:
+async def check_database(store: Store, shard_count: int) -> None:
     applied = await store.migrations()
     known = {m.version: m for m in available(store.dialect)}
     if not applied:
@@ -32,13 +31,11 @@ async def check_database(store: Store, settings: RelaySettings) -> None:
             "run `outbox-relay migrate`"
         )
     recorded = await store.shard_count()
-    if recorded != settings.shard_count:
+    if recorded != shard_count:
         raise StartupRefused(
-            f"shard_count mismatch: the relay is configured with {settings.shard_count}, the "
+            f"shard_count mismatch: the relay is configured with {shard_count}, the "
             f"database records {recorded} (OUTBOX_SHARD_COUNT must equal producers' setting)"
         )
     highest = await store.max_pending_shard()
-    if highest >= settings.shard_count:
-        raise StartupRefused(
-            f"pending events carry shard {highest}, outside 0..{settings.shard_count - 1}"
-        )
+    if highest >= shard_count:
+        raise StartupRefused(f"pending events carry shard {highest}, outside 0..{shard_count - 1}")

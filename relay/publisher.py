@@ -1,4 +1,5 @@
-"""Publishing records: one Protocol, the aiokafka implementation and an in-memory double.
+"""Publishing records: one Protocol and the aiokafka implementation (the in-memory test
+double is memory_publisher.MemoryPublisher).
 
 A send is two steps, as in Kafka clients: `enqueue_batch` hands records to the producer
 and returns, per record, an awaitable for its ack, or at once a PublishFailed when the
@@ -11,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 from aiokafka.partitioner import murmur2
 
-from relay.config import RelaySettings
+from outbox_core.kafka_security import KafkaSecurity
 from relay.errors import PublishFailed
+from relay.kafka_settings import KafkaSettings
 
 # The producer instance is unusable after these; a new one (new producer id) is needed.
 _FATAL = (
@@ -89,30 +90,29 @@ def classify(exc: BaseException) -> PublishFailed:
 
 
 class KafkaPublisher:
-    def __init__(self, settings: RelaySettings) -> None:
+    def __init__(self, settings: KafkaSettings, security: KafkaSecurity) -> None:
         self._settings = settings
+        self._security = security
         self._producer: AIOKafkaProducer | None = None
 
     def _make(self) -> AIOKafkaProducer:
         s = self._settings
         return AIOKafkaProducer(
-            bootstrap_servers=s.kafka_bootstrap_servers,
-            client_id=s.kafka_client_id,
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=s.client_id,
             acks="all",
             enable_idempotence=True,
-            max_request_size=s.kafka_max_request_size,
-            linger_ms=s.kafka_linger_ms,
-            request_timeout_ms=s.kafka_request_timeout_ms,
-            compression_type=None
-            if s.kafka_compression_type == "none"
-            else s.kafka_compression_type,
-            **s.kafka_security.client_options(),
+            max_request_size=s.max_request_size,
+            linger_ms=s.linger_ms,
+            request_timeout_ms=s.request_timeout_ms,
+            compression_type=None if s.compression_type == "none" else s.compression_type,
+            **self._security.client_options(),
             # Kafka's default batch.size. The broker judges a record batch as a whole
             # against the topic's max.message.bytes and aiokafka never splits a rejected
             # batch, so a larger batch could fail every record in it on a topic with a
             # smaller limit (parking rows of unrelated keys). A record larger than this
             # goes alone in its own batch, so a size rejection names exactly that record.
-            max_batch_size=s.kafka_max_batch_bytes,
+            max_batch_size=s.max_batch_bytes,
         )
 
     async def start(self) -> None:
@@ -214,7 +214,7 @@ class KafkaPublisher:
         # Every healthy batch is acked or expired by aiokafka within about two request
         # timeouts; a batch appended while its producer was being stopped (recreated)
         # is never sent nor failed, and its shard would wait for it forever.
-        limit_s = 3 * self._settings.kafka_request_timeout_ms / 1000
+        limit_s = 3 * self._settings.request_timeout_ms / 1000
         shared = asyncio.ensure_future(_ack(fut, limit_s))
         for i in members:
             results[i] = shared
@@ -240,55 +240,3 @@ async def _ack(fut: asyncio.Future[Any], limit_s: float) -> None:
         if isinstance(exc, asyncio.CancelledError):
             raise
         raise classify(exc) from exc
-
-
-FailureRule = Callable[[OutgoingRecord], PublishFailed | None]
-
-
-@dataclass
-class MemoryPublisher:
-    """In-memory test double: keeps what was acked, in ack order.
-
-    `refuse` refuses a record at hand-over (like a batch the producer rejects up front;
-    later records of its key are refused with it); `fail` fails the ack (like a broker
-    error). Both return None to let a record through.
-    """
-
-    sent: list[OutgoingRecord] = field(default_factory=list)
-    refuse: FailureRule | None = None
-    fail: FailureRule | None = None
-    started: bool = False
-    recreated: int = 0
-
-    async def start(self) -> None:
-        self.started = True
-
-    async def stop(self) -> None:
-        self.started = False
-
-    async def recreate(self) -> None:
-        self.recreated += 1
-        self.started = True
-
-    async def enqueue_batch(
-        self, records: Sequence[OutgoingRecord]
-    ) -> list[Awaitable[None] | PublishFailed]:
-        results: list[Awaitable[None] | PublishFailed] = []
-        refused_keys: dict[tuple[str, bytes], PublishFailed] = {}
-        for record in records:
-            refused = refused_keys.get((record.topic, record.key))
-            if refused is None and self.refuse:
-                refused = self.refuse(record)
-            if refused is not None:
-                # As KafkaPublisher: later records of a refused key are not handed over.
-                refused_keys[(record.topic, record.key)] = refused
-                results.append(refused)
-            else:
-                results.append(self._ack(record, self.fail(record) if self.fail else None))
-        return results
-
-    async def _ack(self, record: OutgoingRecord, error: PublishFailed | None) -> None:
-        await asyncio.sleep(0)
-        if error is not None:
-            raise error
-        self.sent.append(record)

@@ -1,16 +1,17 @@
-"""The relay's view of the database: one Protocol, a Postgres and a SQLite implementation.
+"""The relay's view of the database: the Store protocol and the rows it hands out.
 
-Both pass tests/integration/test_store_conformance.py. Driver errors leave a store only
-as RelayError subclasses (StoreUnavailable, LeaseLost); the SQL is in producer_lib/sql.
+One implementation (sql_store.SqlStore) serves Postgres and SQLite, and passes
+tests/integration/test_store_conformance.py on both. Errors leave a store only as
+RelayError subclasses (StoreUnavailable, LeaseLost); the SQL is in outbox_core/sql.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
-from producer_lib.queries import Dialect
+from outbox_core.database_url import Dialect
 
 Policy = Literal["block_key", "skip"]
 
@@ -50,12 +51,22 @@ class Lease:
     token: int
     live: bool
 
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Lease:
+        shard, owner, token, live = row
+        return cls(int(shard), owner, int(token), bool(live))
+
 
 @dataclass(frozen=True)
 class Backlog:
     pending: int
     parked: int
     oldest_pending_age_s: float
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Backlog:
+        pending, parked, oldest = row
+        return cls(int(pending), int(parked), float(oldest or 0.0))
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from outbox_core.queries import parse_blocks  # noqa: E402
 from producer_lib import Event, Outbox, migrate  # noqa: E402
-from producer_lib.queries import parse_blocks  # noqa: E402
 from relay.batch import BatchOutcome  # noqa: E402
 from relay.config import load_settings  # noqa: E402
 from relay.service import RelayService  # noqa: E402

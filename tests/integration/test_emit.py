@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox_core.sharding import shard_for
 from producer_lib import (
     ConfigurationError,
     DuplicateEventId,
@@ -26,7 +27,6 @@ from producer_lib import (
     SerializationError,
     UnsupportedConnection,
 )
-from producer_lib.sharding import shard_for
 from tests.support.db import Backend
 from tests.support.transactions import (
     ASYNC_KINDS,

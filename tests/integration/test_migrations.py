@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox_core.migrate import available, schema_sql
 from producer_lib import ConfigurationError, MigrationError, Outbox, UnknownMigration, migrate
-from producer_lib.migrate import available, schema_sql
 from tests.support import postgres as pg_support
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.transactions import sync_tx

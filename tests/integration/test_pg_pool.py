@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from relay.pg_pool import reconnecting_pool
+from outbox_core.pg_pool import reconnecting_pool
 from tests.support.ops import tcp_gate
 
 pytestmark = pytest.mark.integration

@@ -287,8 +287,10 @@ async def test_replay_republishes_retained_events_with_their_event_id(
         status = await cli_async("status", "--json", env=env)
         assert status.returncode == 0, output(status)
         state = json.loads(status.stdout)
-        assert state["replicas"] == [settings.replica_id]
-        assert {(x["owner"], x["live"]) for x in state["leases"]} == {(settings.replica_id, True)}
+        assert state["replicas"] == [settings.leases.replica_id]
+        assert {(x["owner"], x["live"]) for x in state["leases"]} == {
+            (settings.leases.replica_id, True)
+        }
         assert len(state["leases"]) == 16
 
         # Only what was published since `middle`: the second ten.

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from relay.batch import BatchOutcome, KafkaUnavailable, publish_batch
+from relay.batch import BatchOutcome, publish_batch
 from relay.config import RelaySettings
-from relay.errors import LeaseLost, PublishFailed
-from relay.publisher import MemoryPublisher, OutgoingRecord
+from relay.errors import KafkaUnavailable, LeaseLost, PublishFailed
+from relay.memory_publisher import MemoryPublisher
+from relay.publisher import OutgoingRecord
 from relay.store import Store
 from tests.support.db import Backend
 from tests.support.relay import FAST, relay_settings
@@ -35,7 +36,7 @@ def settings_for(backend: Backend, **over: Any) -> RelaySettings:
 
 
 async def lease(store: Store, settings: RelaySettings, shard: int = SHARD) -> int:
-    token = await store.lease_acquire(shard, settings.replica_id, 30)
+    token = await store.lease_acquire(shard, settings.leases.replica_id, 30)
     assert token is not None
     return token
 
@@ -43,7 +44,9 @@ async def lease(store: Store, settings: RelaySettings, shard: int = SHARD) -> in
 async def run(
     store: Store, publisher: MemoryPublisher, settings: RelaySettings, token: int
 ) -> BatchOutcome:
-    return await publish_batch(SHARD, token, store=store, publisher=publisher, settings=settings)
+    return await publish_batch(
+        SHARD, token, store=store, publisher=publisher, rules=settings.batch_rules()
+    )
 
 
 def event_ids(backend: Backend) -> dict[int, str]:
@@ -385,7 +388,9 @@ async def test_a_wrong_token_raises_lease_lost_and_deletes_nothing(
     other = await store.lease_acquire(OTHER, "relay-other", 30)
     assert other is not None
     with pytest.raises(LeaseLost):
-        await publish_batch(OTHER, other, store=store, publisher=publisher, settings=settings)
+        await publish_batch(
+            OTHER, other, store=store, publisher=publisher, rules=settings.batch_rules()
+        )
     assert snapshot(backend) == before
 
 

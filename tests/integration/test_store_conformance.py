@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from outbox_core.migrate import available
 from producer_lib import Outbox
-from producer_lib.migrate import available
 from relay.errors import LeaseLost, StoreUnavailable
 from relay.store import AppliedMigration, Failure, Lease, Policy, Settled, Store
 from tests.support.db import Backend

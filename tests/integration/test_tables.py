@@ -1,11 +1,11 @@
-"""producer_lib.tables (for Alembic users) describes the same schema as schema.sql."""
+"""outbox_core.tables (for Alembic users) describes the same schema as schema.sql."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import create_engine
 
-from producer_lib.tables import metadata
+from outbox_core.tables import metadata
 from tests.integration.test_migrations import catalog
 from tests.support.db import Backend, postgres_backend
 

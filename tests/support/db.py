@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
-from producer_lib.migrate import migrate
-from producer_lib.queries import Dialect, parse_blocks
+from outbox_core.migrate import migrate
+from outbox_core.queries import Dialect, parse_blocks
 
 _SQL = Path(__file__).parent / "sql"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import psycopg
 
+from outbox_core.queries import parse_blocks
 from producer_lib import Event, Outbox, OutboxError
-from producer_lib.queries import parse_blocks
 from tests.support.db import Backend
 from tests.support.kafka import read_topic
 from tests.support.relay import RelayProcess, Verdict, judge, relay_env

@@ -27,7 +27,7 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from producer_lib.queries import Dialect, parse_blocks
+from outbox_core.queries import Dialect, parse_blocks
 from tests.support.db import Backend
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import SecretStr
+
+from outbox_core.sharding import shard_for
 from producer_lib import Event, Outbox
-from producer_lib.sharding import shard_for
+from relay.sql_store import DatabaseSettings
+from relay.sql_store import make_store as make_sql_store
 from relay.store import Store
-from relay.store_postgres import PostgresStore
-from relay.store_sqlite import SqliteStore
 from tests.support.db import Backend
 from tests.support.transactions import sync_tx
 
@@ -23,9 +25,7 @@ SHARD_COUNT = 16  # what the migrations record by default
 
 
 def make_store(backend: Backend) -> Store:
-    if backend.dialect == "postgres":
-        return PostgresStore(backend.target)
-    return SqliteStore(backend.target)
+    return make_sql_store(DatabaseSettings(database_url=SecretStr(backend.url)))
 
 
 @contextlib.asynccontextmanager

@@ -12,6 +12,7 @@ import uuid
 import pydantic
 import pytest
 
+from outbox_core.sharding import lock_key, shard_for
 from producer_lib import (
     ConfigurationError,
     Event,
@@ -21,7 +22,6 @@ from producer_lib import (
     SerializationError,
     Serialized,
 )
-from producer_lib.sharding import lock_key, shard_for
 
 
 class Color(enum.Enum):

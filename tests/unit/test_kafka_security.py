@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from outbox_core.kafka_security import KafkaSecurity, KafkaSecurityError
 from relay.config import load_settings
 from relay.errors import RelayConfigError
-from relay.kafka_security import KafkaSecurity, KafkaSecurityError
 
 BASE: dict[str, Any] = {
     "database_url": "sqlite:///outbox.db",
@@ -27,7 +27,7 @@ def test_no_protocol_chosen_is_refused_naming_the_setting() -> None:
 
 def test_plaintext_when_chosen() -> None:
     settings = load_settings(**BASE, kafka_security_protocol="PLAINTEXT")
-    assert settings.kafka_security.client_options() == {"security_protocol": "PLAINTEXT"}
+    assert settings.kafka_security.resolve().client_options() == {"security_protocol": "PLAINTEXT"}
 
 
 @pytest.mark.parametrize(
@@ -70,13 +70,13 @@ def test_password_file_wins_and_is_a_secret(tmp_path: Path) -> None:
         kafka_sasl_password="inline-is-ignored",
         kafka_sasl_password_file=str(secret),
     )
-    options = settings.kafka_security.client_options()
+    options = settings.kafka_security.resolve().client_options()
     assert options["sasl_plain_password"] == CANARY
     assert options["sasl_mechanism"] == "SCRAM-SHA-512"
     assert options["ssl_context"].check_hostname  # verification on by default
     assert CANARY in settings.secrets()
     assert CANARY not in repr(settings)
-    assert CANARY not in repr(settings.kafka_security)
+    assert CANARY not in repr(settings.kafka_security.resolve())
 
 
 def test_hostname_verification_can_be_turned_off_explicitly() -> None:

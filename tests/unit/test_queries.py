@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from producer_lib.queries import DIALECTS, Dialect, parse_blocks, queries, query
+from outbox_core.queries import DIALECTS, Dialect, parse_blocks, queries, query
 
 # Queries every dialect must provide; Postgres-only extras (batch insert, advisory locks)
 # are listed apart so a missing SQLite twin is a decision, not an accident.

@@ -1,4 +1,4 @@
-"""relay.logs keeps secrets out of every line, in whatever spelling a formatter gives them."""
+"""outbox_core.logs keeps secrets out of every line, in whatever spelling a formatter gives them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from relay import cli, logs
+from outbox_core import logs
+from relay import cli
 
 
 def _record(message: str, **extra: object) -> logging.LogRecord:

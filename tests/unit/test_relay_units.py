@@ -16,7 +16,8 @@ from relay.batch import backoff_s
 from relay.config import RelaySettings, load_settings
 from relay.errors import PublishFailed, RelayConfigError
 from relay.leases import fair_share
-from relay.publisher import KafkaPublisher, MemoryPublisher, OutgoingRecord, classify
+from relay.memory_publisher import MemoryPublisher
+from relay.publisher import KafkaPublisher, OutgoingRecord, classify
 
 CANARY = "canary-pw-7f3a91"
 GOOD: dict[str, Any] = {
@@ -63,9 +64,9 @@ def test_fair_share_counts_me_even_before_my_heartbeat_is_visible() -> None:
 
 def test_good_settings_load() -> None:
     settings = load_settings(**GOOD)
-    assert settings.kafka_acks == "all"
-    assert settings.kafka_enable_idempotence is True
-    assert settings.database.dialect == "postgres"
+    assert settings.kafka.acks == "all"
+    assert settings.kafka.enable_idempotence is True
+    assert settings.database.url.dialect == "postgres"
 
 
 @pytest.mark.parametrize(
@@ -99,7 +100,7 @@ def test_bad_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("OUTBOX_DATABASE_URL", GOOD["database_url"])
     monkeypatch.setenv("OUTBOX_KAFKA_BOOTSTRAP_SERVERS", GOOD["kafka_bootstrap_servers"])
     monkeypatch.setenv("OUTBOX_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
-    assert load_settings().kafka_acks == "all"
+    assert load_settings().kafka.acks == "all"
     monkeypatch.setenv("OUTBOX_KAFKA_ACKS", "1")
     with pytest.raises(RelayConfigError, match="OUTBOX_KAFKA_ACKS") as info:
         load_settings()
@@ -108,8 +109,8 @@ def test_bad_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_kafka_topic_applies_the_map_then_the_prefix() -> None:
     settings = load_settings(**GOOD, topic_prefix="prod.", topic_map={"orders": "sales.orders"})
-    assert settings.kafka_topic("orders") == "prod.sales.orders"
-    assert settings.kafka_topic("payments") == "prod.payments"
+    assert settings.topics.kafka_topic("orders") == "prod.sales.orders"
+    assert settings.topics.kafka_topic("payments") == "prod.payments"
 
 
 # ---------------------------------------------------------------------------- backoff
@@ -123,7 +124,7 @@ def test_backoff_doubles_with_jitter_and_stays_under_the_cap() -> None:
     settings = _settings(backoff_base_s=0.5, backoff_max_s=300.0)
     for attempts in range(40):
         ceiling = min(300.0, 0.5 * 2**attempts)
-        samples = [backoff_s(attempts, settings) for _ in range(200)]
+        samples = [backoff_s(attempts, settings.batch) for _ in range(200)]
         assert all(ceiling / 2 <= s <= ceiling for s in samples), attempts
         assert max(samples) - min(samples) > 0  # jittered, not a fixed value
 
@@ -131,7 +132,7 @@ def test_backoff_doubles_with_jitter_and_stays_under_the_cap() -> None:
 @pytest.mark.parametrize("attempts", [1023, 1024, 5000, 10**9])
 def test_backoff_of_a_row_failing_for_very_long_is_the_cap(attempts: int) -> None:
     settings = _settings(backoff_base_s=0.5, backoff_max_s=300.0, max_attempts=10**10)
-    assert 150.0 <= backoff_s(attempts, settings) <= 300.0
+    assert 150.0 <= backoff_s(attempts, settings.batch) <= 300.0
 
 
 # ---------------------------------------------------------------------------- classify
@@ -215,7 +216,8 @@ class _Producer:
 
 
 async def test_kafka_publisher_hands_nothing_over_behind_a_refused_batch() -> None:
-    publisher = KafkaPublisher(_settings())
+    settings = _settings()
+    publisher = KafkaPublisher(settings.kafka, settings.kafka_security.resolve())
     producer = _Producer()
     cast(Any, publisher)._producer = producer
     records = [OutgoingRecord("orders", b"k", str(i).encode(), []) for i in range(5)]
@@ -248,3 +250,51 @@ def test_classify_a_missing_topic_is_the_rows_not_the_transports() -> None:
     assert failed.retriable
     assert not failed.transport
     assert classify(kafka_errors.KafkaTimeoutError()).transport
+
+
+# ---------------------------------------------------------------------------- settings names
+
+
+def test_every_setting_keeps_its_flat_environment_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grouping the settings changed no user-facing name: each OUTBOX_* variable lands in
+    its group (a renamed field would make its variable an error or be ignored)."""
+    env = {
+        "OUTBOX_DATABASE_URL": GOOD["database_url"],
+        "OUTBOX_KAFKA_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
+        "OUTBOX_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
+        "OUTBOX_KAFKA_CLIENT_ID": "relay-7",
+        "OUTBOX_KAFKA_MAX_BATCH_BYTES": "65536",
+        "OUTBOX_TOPIC_PREFIX": "prod.",
+        "OUTBOX_TOPIC_MAP": '{"orders": "sales.orders"}',
+        "OUTBOX_SHARD_COUNT": "32",
+        "OUTBOX_BATCH_SIZE": "250",
+        "OUTBOX_POLL_INTERVAL_S": "0.01",
+        "OUTBOX_LEASE_TTL_S": "20",
+        "OUTBOX_REPLICA_ID": "r-1",
+        "OUTBOX_RETENTION": "keep",
+        "OUTBOX_PURGE_BATCH_SIZE": "10",
+        "OUTBOX_LISTEN_NOTIFY": "true",
+        "OUTBOX_HTTP_PORT": "9999",
+        "OUTBOX_GAUGES_INTERVAL_S": "3",
+        "OUTBOX_LOG_JSON": "1",
+        "OUTBOX_SQLITE_WAIT_FOR_LOCK": "true",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    s = load_settings(batch_size=300)  # a flag wins over its variable
+    assert s.kafka.bootstrap_servers == "k1:9092,k2:9092"
+    assert s.kafka_security.security_protocol == "PLAINTEXT"
+    assert (s.kafka.client_id, s.kafka.max_batch_bytes) == ("relay-7", 65536)
+    assert s.topics.kafka_topic("orders") == "prod.sales.orders"
+    assert (s.shard_count, s.batch.batch_size, s.poll.poll_interval_s) == (32, 300, 0.01)
+    assert (s.leases.lease_ttl_s, s.leases.replica_id) == (20.0, "r-1")
+    assert (s.purge.keep, s.purge.purge_batch_size) == (True, 10)
+    assert (s.notify.listen_notify, s.http.port, s.gauges.interval_s) == (True, 9999, 3.0)
+    assert s.log.json_lines is True
+    assert s.database.sqlite_wait_for_lock is True
+    assert s.batch_rules().keep is True
+
+
+def test_an_unknown_setting_is_refused() -> None:
+    with pytest.raises(RelayConfigError, match="kafka_client"):
+        load_settings(**GOOD, kafka_client="x")

@@ -1,7 +1,8 @@
 """A tiny HTTP endpoint for operators: /metrics (Prometheus), /healthz and /readyz.
 
-asyncio.start_server keeps it in the relay's event loop with no extra dependency; it
-answers GET only and closes every connection after one response.
+Served by the relay and by consumers. asyncio.start_server keeps it in the process's
+event loop with no extra dependency; it answers GET only and closes every connection
+after one response.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-log = logging.getLogger("relay.http")
+log = logging.getLogger("outbox_core.ops_http")
 
 
 @dataclass(frozen=True)

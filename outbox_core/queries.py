@@ -1,4 +1,4 @@
-"""The registry of named SQL blocks, loaded from producer_lib/sql/<dialect>/*.sql.
+"""The registry of named SQL blocks, loaded from outbox_core/sql/<dialect>/*.sql.
 
 Each file holds the queries of one table; a block starts with `-- name: <noun_verb>`.
 No SQL lives in Python code.
@@ -9,10 +9,10 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
-from typing import Literal
 
-Dialect = Literal["postgres", "sqlite"]
-DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
+from outbox_core.database_url import DIALECTS, Dialect
+
+__all__ = ["DIALECTS", "Dialect", "parse_blocks", "queries", "query"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
 
@@ -35,7 +35,7 @@ def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
 def queries(dialect: Dialect) -> dict[str, str]:
     """All named queries of one dialect, from every table's file."""
     found: dict[str, str] = {}
-    folder = resources.files("producer_lib") / "sql" / dialect
+    folder = resources.files("outbox_core") / "sql" / dialect
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue

@@ -14,4 +14,5 @@ WHERE (consumer_group, event_id) IN (
     SELECT consumer_group, event_id FROM processed_events
     WHERE processed_at < now() - %(retention_s)s * interval '1 second'
     LIMIT %(limit)s
-);
+)
+RETURNING 1;

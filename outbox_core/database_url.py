@@ -1,4 +1,4 @@
-"""Opening a database from a URL, for the migrator, the CLI and the relay."""
+"""Database URLs and dialects: which database a URL names, and opening it."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from producer_lib.errors import ConfigurationError
-from producer_lib.queries import Dialect
+from outbox_core.errors import ConfigurationError
+
+Dialect = Literal["postgres", "sqlite"]
+DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")

@@ -44,21 +44,33 @@ ORDER BY e.id
 LIMIT :limit;
 
 -- name: outbox_delete_published
--- Runs inside database_begin_immediate after lease_check: the write lock is the fence.
+-- The settle, in steps inside database_begin_immediate after lease_check (the write
+-- lock is the fence); each returns a row per row changed.
 DELETE FROM outbox_events
-WHERE shard = :shard AND id IN (SELECT value FROM json_each(:ids));
+WHERE shard = :shard AND id IN (SELECT value FROM json_each(:published_ids))
+RETURNING 1;
 
 -- name: outbox_mark_published
 UPDATE outbox_events SET published_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE shard = :shard AND id IN (SELECT value FROM json_each(:ids));
+WHERE shard = :shard AND id IN (SELECT value FROM json_each(:published_ids))
+RETURNING 1;
 
--- name: outbox_record_failure
+-- name: outbox_record_failures
+-- failed_ids, errors, delays_s and parks: JSON arrays paired by position.
 UPDATE outbox_events
 SET attempts = attempts + 1,
-    last_error = :error,
-    available_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :delay_s || ' seconds'),
-    status = CASE WHEN :park THEN 'parked' ELSE 'pending' END
-WHERE shard = :shard AND id = :id;
+    last_error = f.error,
+    available_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || f.delay_s || ' seconds'),
+    status = CASE WHEN f.park THEN 'parked' ELSE 'pending' END
+FROM (
+    SELECT i.value AS id, e.value AS error, printf('%.3f', d.value) AS delay_s, p.value AS park
+    FROM json_each(:failed_ids) AS i
+    JOIN json_each(:errors) AS e USING (key)
+    JOIN json_each(:delays_s) AS d USING (key)
+    JOIN json_each(:parks) AS p USING (key)
+) AS f
+WHERE outbox_events.shard = :shard AND outbox_events.id = f.id
+RETURNING 1;
 
 -- name: outbox_purge_published
 DELETE FROM outbox_events
@@ -68,7 +80,8 @@ WHERE id IN (
       AND published_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :retention_s || ' seconds')
     ORDER BY published_at
     LIMIT :limit
-);
+)
+RETURNING 1;
 
 -- name: outbox_shard_max
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;

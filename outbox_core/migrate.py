@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from producer_lib.connect import SQLITE_BUSY_TIMEOUT_S, DatabaseUrl
-from producer_lib.drivers import translate
-from producer_lib.errors import ConfigurationError, MigrationError, OutboxError, UnknownMigration
-from producer_lib.outbox import DEFAULT_LOCK_NAMESPACE
-from producer_lib.queries import Dialect, query
-from producer_lib.sharding import MAX_SHARDS
+from outbox_core.database_url import SQLITE_BUSY_TIMEOUT_S, DatabaseUrl, Dialect
+from outbox_core.errors import ConfigurationError, DatabaseError, MigrationError, UnknownMigration
+from outbox_core.executors import (
+    PsycopgExecutor,
+    Rows,
+    SqliteExecutor,
+    Statement,
+    SyncExecutor,
+    translated,
+)
+from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -45,7 +50,7 @@ class MigrationReport:
 
 
 def available(dialect: Dialect) -> list[Migration]:
-    folder = resources.files("producer_lib.migrations") / dialect
+    folder = resources.files("outbox_core.migrations") / dialect
     found: list[Migration] = []
     for entry in folder.iterdir():
         m = _FILE.match(entry.name)
@@ -59,7 +64,7 @@ def available(dialect: Dialect) -> list[Migration]:
 
 
 def schema_sql(dialect: Dialect) -> str:
-    return (resources.files("producer_lib.migrations") / dialect / "schema.sql").read_text("utf-8")
+    return (resources.files("outbox_core.migrations") / dialect / "schema.sql").read_text("utf-8")
 
 
 def sqlite_statements(script: str) -> list[str]:
@@ -79,7 +84,7 @@ def sqlite_statements(script: str) -> list[str]:
     return statements
 
 
-def _check_known(recorded: list[tuple[Any, ...]], known: list[Migration]) -> set[int]:
+def _check_known(recorded: Rows, known: list[Migration]) -> set[int]:
     by_version = {m.version: m for m in known}
     done: set[int] = set()
     for version, name, checksum in recorded:
@@ -98,49 +103,40 @@ def _check_known(recorded: list[tuple[Any, ...]], known: list[Migration]) -> set
     return done
 
 
-def _apply_shard_count(execute: Any, dialect: Dialect, shard_count: int | None) -> int:
-    rows = execute(query(dialect, "setting_get"), {"name": "shard_count"})
-    recorded = int(rows[0][0])
+def _apply_shard_count(db: SyncExecutor, shard_count: int | None) -> int:
+    recorded = int(db.run(Statement("setting_get", {"name": "shard_count"}))[0][0])
     if shard_count is None or shard_count == recorded:
         return recorded
     if not 1 <= shard_count <= MAX_SHARDS:
         raise ConfigurationError(f"shard_count must be in 1..{MAX_SHARDS}")
-    pending = int(execute(query(dialect, "outbox_count_unpublished"), {})[0][0])
+    pending = int(db.run(Statement("outbox_count_unpublished"))[0][0])
     if pending:
         raise ConfigurationError(
             f"cannot change shard_count from {recorded} to {shard_count} while {pending} "
             "events are unpublished: drain the outbox first"
         )
-    execute(query(dialect, "setting_put"), {"name": "shard_count", "value": str(shard_count)})
+    db.run(Statement("setting_put", {"name": "shard_count", "value": str(shard_count)}))
     return shard_count
 
 
 def migrate(database_url: str, *, shard_count: int | None = None) -> MigrationReport:
     """Apply pending migrations; optionally set shard_count (only on an empty outbox)."""
     db = DatabaseUrl.parse(database_url)
-    try:
+    with translated():
         if db.dialect == "postgres":
             return _migrate_postgres(db, shard_count)
         return _migrate_sqlite(db, shard_count)
-    except OutboxError:
-        raise
-    except Exception as exc:
-        raise translate(exc) from exc
 
 
 def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationReport:
     known = available("postgres")
     lock = {"lock_ns": DEFAULT_LOCK_NAMESPACE}
     with db.connect(autocommit=True) as conn:
-
-        def execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-            cur = conn.execute(sql, params)
-            return cur.fetchall() if cur.description else []
-
-        execute(query("postgres", "migration_lock"), lock)
+        pg = PsycopgExecutor(conn)
+        pg.run(Statement("migration_lock", lock))
         try:
-            execute(query("postgres", "migration_table_create"), {})
-            done = _check_known(execute(query("postgres", "migration_list"), {}), known)
+            pg.run(Statement("migration_table_create"))
+            done = _check_known(pg.run(Statement("migration_list")), known)
             applied: list[int] = []
             for mig in known:
                 if mig.version in done:
@@ -148,28 +144,29 @@ def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationRepo
                 with conn.transaction():
                     # No parameters: psycopg sends the file as one simple-protocol script.
                     conn.execute(mig.sql.encode())
-                    execute(
-                        query("postgres", "migration_record"),
-                        {"version": mig.version, "name": mig.name, "checksum": mig.checksum},
-                    )
+                    pg.run(Statement("migration_record", _record(mig)))
                 applied.append(mig.version)
             with conn.transaction():
-                count = _apply_shard_count(execute, "postgres", shard_count)
+                count = _apply_shard_count(pg, shard_count)
         finally:
-            execute(query("postgres", "migration_unlock"), lock)
+            pg.run(Statement("migration_unlock", lock))
     return MigrationReport(applied, len(known), count)
 
 
-def _enable_wal(execute: Any) -> None:
+def _record(mig: Migration) -> dict[str, Any]:
+    return {"version": mig.version, "name": mig.name, "checksum": mig.checksum}
+
+
+def _enable_wal(db: SqliteExecutor) -> None:
     # Switching the journal mode needs the file to itself, and SQLite reports "locked"
     # at once rather than waiting in the busy handler, so wait here.
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
     while True:
         try:
-            execute(query("sqlite", "database_wal_enable"), {})
+            db.run(Statement("database_wal_enable"))
             return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
+        except DatabaseError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
@@ -178,31 +175,25 @@ def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport
     known = available("sqlite")
     conn: sqlite3.Connection = db.connect(autocommit=True)
     try:
-
-        def execute(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(sql, params).fetchall()
-
-        _enable_wal(execute)
-        execute(query("sqlite", "database_begin_immediate"), {})
+        lite = SqliteExecutor(conn)
+        _enable_wal(lite)
+        lite.run(Statement("database_begin_immediate"))
         try:
-            execute(query("sqlite", "migration_table_create"), {})
-            done = _check_known(execute(query("sqlite", "migration_list"), {}), known)
+            lite.run(Statement("migration_table_create"))
+            done = _check_known(lite.run(Statement("migration_list")), known)
             applied: list[int] = []
             for mig in known:
                 if mig.version in done:
                     continue
                 for statement in sqlite_statements(mig.sql):
                     conn.execute(statement)
-                execute(
-                    query("sqlite", "migration_record"),
-                    {"version": mig.version, "name": mig.name, "checksum": mig.checksum},
-                )
+                lite.run(Statement("migration_record", _record(mig)))
                 applied.append(mig.version)
-            count = _apply_shard_count(execute, "sqlite", shard_count)
-            execute(query("sqlite", "database_commit"), {})
+            count = _apply_shard_count(lite, shard_count)
+            lite.run(Statement("database_commit"))
         except BaseException:
             if conn.in_transaction:
-                execute(query("sqlite", "database_rollback"), {})
+                lite.run(Statement("database_rollback"))
             raise
     finally:
         conn.close()

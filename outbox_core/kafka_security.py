@@ -10,16 +10,20 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from aiokafka.helpers import create_ssl_context
+from pydantic import Field, SecretStr, model_validator
+
+from outbox_core.errors import ConfigurationError
+from outbox_core.settings import SettingsGroup
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 PROTOCOLS: tuple[str, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
-class KafkaSecurityError(ValueError):
+class KafkaSecurityError(ConfigurationError):
     """The Kafka security settings are incomplete or contradictory."""
 
 
@@ -111,3 +115,68 @@ class KafkaSecurity:
                 sasl_plain_password=self.sasl_password,
             )
         return options
+
+
+class KafkaSecuritySettings(SettingsGroup):
+    """The security options as settings (OUTBOX_KAFKA_SECURITY_PROTOCOL, ...): secrets as
+    SecretStr, or as files (mounted secrets), resolved into a KafkaSecurity."""
+
+    env_infix: ClassVar[str] = "kafka_"
+
+    security_protocol: Protocol | None = Field(
+        default=None,
+        description="SSL or SASL_SSL; PLAINTEXT or SASL_PLAINTEXT only when chosen explicitly. Required.",
+    )
+    ssl_cafile: str | None = Field(
+        default=None, description="PEM file of the CA that signed the brokers' certificates."
+    )
+    ssl_certfile: str | None = Field(
+        default=None, description="PEM client certificate (mutual TLS)."
+    )
+    ssl_keyfile: str | None = Field(default=None, description="PEM key of the client certificate.")
+    ssl_key_password: SecretStr | None = Field(
+        default=None, description="Password of the client key (prefer the _file setting)."
+    )
+    ssl_key_password_file: str | None = Field(
+        default=None, description="File holding the client key's password."
+    )
+    ssl_check_hostname: bool = Field(
+        default=True, description="Verify that the broker certificate names the host connected to."
+    )
+    sasl_mechanism: Mechanism | None = Field(
+        default=None, description="SASL mechanism for SASL_SSL / SASL_PLAINTEXT."
+    )
+    sasl_username: str | None = Field(default=None, description="SASL username.")
+    sasl_password: SecretStr | None = Field(
+        default=None, description="SASL password (prefer kafka_sasl_password_file)."
+    )
+    sasl_password_file: str | None = Field(
+        default=None, description="File holding the SASL password (a mounted secret)."
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> KafkaSecuritySettings:
+        try:
+            self.resolve().check()
+        except KafkaSecurityError as exc:
+            raise ValueError(
+                "Kafka security (OUTBOX_KAFKA_SECURITY_PROTOCOL, OUTBOX_KAFKA_SSL_*, "
+                f"OUTBOX_KAFKA_SASL_*): {exc}"
+            ) from None
+        return self
+
+    def resolve(self) -> KafkaSecurity:
+        """The options with secrets read (files win over inline values)."""
+        sasl = self.sasl_password.get_secret_value() if self.sasl_password else None
+        key = self.ssl_key_password.get_secret_value() if self.ssl_key_password else None
+        return KafkaSecurity(
+            protocol=self.security_protocol,
+            ssl_cafile=self.ssl_cafile,
+            ssl_certfile=self.ssl_certfile,
+            ssl_keyfile=self.ssl_keyfile,
+            ssl_key_password=read_secret(key, self.ssl_key_password_file, "SSL key password"),
+            ssl_check_hostname=self.ssl_check_hostname,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=read_secret(sasl, self.sasl_password_file, "SASL password"),
+        )

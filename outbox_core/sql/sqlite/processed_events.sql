@@ -12,4 +12,5 @@ WHERE rowid IN (
     SELECT rowid FROM processed_events
     WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :retention_s || ' seconds')
     LIMIT :limit
-);
+)
+RETURNING 1;

@@ -6,6 +6,8 @@ import hashlib
 import zlib
 
 MAX_SHARDS = 32767  # shard is a smallint
+# First half of pg_advisory_xact_lock(int, int): keeps our locks apart from the app's.
+DEFAULT_LOCK_NAMESPACE = 0x0B0C
 
 
 def shard_for(key: str, shard_count: int) -> int:

@@ -12,13 +12,13 @@ WHERE outbox_relay_leases.owner IS NULL
 RETURNING token;
 
 -- name: lease_renew
--- held: a JSON array of [shard, token] pairs.
+-- shards and tokens: JSON arrays of the same length, paired by position.
 UPDATE outbox_relay_leases
 SET lease_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :ttl_s || ' seconds')
 WHERE owner = :owner
   AND lease_until >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
   AND (shard, token) IN (
-      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:held)
+      SELECT s.value, t.value FROM json_each(:shards) AS s JOIN json_each(:tokens) AS t USING (key)
   )
 RETURNING shard;
 

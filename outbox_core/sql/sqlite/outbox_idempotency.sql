@@ -17,4 +17,5 @@ WHERE rowid IN (
     SELECT rowid FROM outbox_idempotency
     WHERE created_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :retention_s || ' seconds')
     LIMIT :limit
-);
+)
+RETURNING 1;

@@ -154,7 +154,8 @@ WHERE id IN (
       AND published_at < now() - %(retention_s)s * interval '1 second'
     ORDER BY published_at
     LIMIT %(limit)s
-);
+)
+RETURNING 1;
 
 -- name: outbox_shard_max
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;

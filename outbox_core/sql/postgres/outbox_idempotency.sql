@@ -18,4 +18,5 @@ WHERE (scope, idempotency_key) IN (
     SELECT scope, idempotency_key FROM outbox_idempotency
     WHERE created_at < now() - %(retention_s)s * interval '1 second'
     LIMIT %(limit)s
-);
+)
+RETURNING 1;

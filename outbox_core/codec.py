@@ -1,0 +1,73 @@
+"""How values travel to each dialect's parameters: one codec per dialect.
+
+Postgres (psycopg) takes Python values as they are: arrays as lists, times as aware
+datetimes, UUIDs, floats. SQLite has no arrays, no time type and builds its time modifiers
+from text, so there lists are JSON (read with json_each), times ISO-8601 UTC text with
+milliseconds and a Z, and seconds decimal text. Every caller encodes through one of these
+instead of branching on the dialect.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from outbox_core.database_url import Dialect
+
+
+class Codec(Protocol):
+    dialect: Dialect
+
+    def array(self, values: Sequence[Any] | None) -> Any:
+        """A list parameter (ids, errors, flags); None stays None (an optional filter)."""
+        ...
+
+    def time(self, value: dt.datetime | None) -> Any: ...
+
+    def seconds(self, value: float) -> Any: ...
+
+    def uuid(self, value: uuid.UUID) -> Any: ...
+
+
+class PostgresCodec:
+    dialect: Dialect = "postgres"
+
+    def array(self, values: Sequence[Any] | None) -> Any:
+        return None if values is None else list(values)
+
+    def time(self, value: dt.datetime | None) -> Any:
+        return value
+
+    def seconds(self, value: float) -> Any:
+        return value
+
+    def uuid(self, value: uuid.UUID) -> Any:
+        return value
+
+
+class SqliteCodec:
+    dialect: Dialect = "sqlite"
+
+    def array(self, values: Sequence[Any] | None) -> Any:
+        return None if values is None else json.dumps(list(values))
+
+    def time(self, value: dt.datetime | None) -> Any:
+        if value is None:
+            return None
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    def seconds(self, value: float) -> Any:
+        return f"{value:.6f}"
+
+    def uuid(self, value: uuid.UUID) -> Any:
+        return str(value)
+
+
+_CODECS: dict[Dialect, Codec] = {"postgres": PostgresCodec(), "sqlite": SqliteCodec()}
+
+
+def codec_for(dialect: Dialect) -> Codec:
+    return _CODECS[dialect]

@@ -1,0 +1,48 @@
+"""The one exception root of the project: every library's errors derive from OutboxError.
+
+`retriable` says whether doing the same thing again later may succeed (a lost connection,
+a serialization failure, a broker briefly away) or never will (bad input, bad settings).
+producer_lib raises these and its own subclasses; relay and consumer_lib have their own
+branches (RelayError, ConsumerError) under the same root.
+"""
+
+from __future__ import annotations
+
+
+class OutboxError(Exception):
+    """Root of every exception the project raises."""
+
+    retriable: bool = False
+
+
+class ConfigurationError(OutboxError, ValueError):
+    """A setting is invalid, or disagrees with what the database records."""
+
+
+class DatabaseError(OutboxError):
+    """The database driver failed; the driver's exception is the __cause__."""
+
+    def __init__(self, message: str, *, retriable: bool, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+        self.sqlstate = sqlstate
+
+
+class UniqueViolation(DatabaseError):
+    """A row with the same unique key exists; the message names the constraint."""
+
+
+class MigrationError(OutboxError):
+    """The schema cannot be brought to the version this code expects (or is missing)."""
+
+
+class UnknownMigration(MigrationError):
+    """The database records migrations this code does not know: it is newer, or foreign."""
+
+
+class NoTransaction(OutboxError):
+    """The connection is in autocommit mode with no open transaction to join."""
+
+
+class UnsupportedConnection(OutboxError, TypeError):
+    """An object that is not a supported connection or session was given."""

@@ -1,0 +1,200 @@
+"""Running named SQL statements: one interface, with sync and async twins.
+
+A Statement names a query of the registry (outbox_core/sql) and carries its parameters;
+an executor runs it on one kind of connection and returns the rows. A Plan is a generator
+that yields Statements, receives each one's rows and returns a result, so one piece of
+logic serves sync and async code and every dialect. Every driver exception leaves an
+executor as an OutboxError (driver_errors.classify): this is the only place they meet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from outbox_core.database_url import Dialect
+from outbox_core.driver_errors import classify
+from outbox_core.errors import OutboxError, UnsupportedConnection
+from outbox_core.queries import query
+
+Rows = list[tuple[Any, ...]]
+Params = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One named query and its parameters; `many` runs it once per parameter set."""
+
+    query: str
+    params: Params | Sequence[Params] = field(default_factory=dict)
+    many: bool = False
+
+
+Plan = Generator[Statement, Rows, Any]
+
+
+class SyncExecutor(Protocol):
+    dialect: Dialect
+
+    def run(self, statement: Statement) -> Rows: ...
+
+
+class AsyncExecutor(Protocol):
+    dialect: Dialect
+
+    async def run(self, statement: Statement) -> Rows: ...
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Driver exceptions raised inside become ours (classify); ours pass unchanged."""
+    try:
+        yield
+    except OutboxError:
+        raise
+    except Exception as exc:
+        raise classify(exc) from exc
+
+
+def run_plan(plan: Plan, executor: SyncExecutor) -> Any:
+    try:
+        statement = next(plan)
+        while True:
+            statement = plan.send(executor.run(statement))
+    except StopIteration as done:
+        return done.value
+
+
+async def run_plan_async(plan: Plan, executor: AsyncExecutor) -> Any:
+    try:
+        statement = next(plan)
+        while True:
+            statement = plan.send(await executor.run(statement))
+    except StopIteration as done:
+        return done.value
+
+
+def _one(statement: Statement) -> Params:
+    assert isinstance(statement.params, Mapping), statement.query
+    return statement.params
+
+
+def _many(statement: Statement) -> list[Params]:
+    assert not isinstance(statement.params, Mapping), statement.query
+    return list(statement.params)
+
+
+class SqliteExecutor:
+    """On an sqlite3.Connection (the caller's, or one the relay owns)."""
+
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def run(self, statement: Statement) -> Rows:
+        sql = query(self.dialect, statement.query)
+        with translated():
+            if statement.many:
+                self.conn.executemany(sql, _many(statement))
+                return []
+            cursor = self.conn.execute(sql, _one(statement))
+            return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+
+
+class PsycopgExecutor:
+    """On a psycopg 3 Connection."""
+
+    dialect: Dialect = "postgres"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def run(self, statement: Statement) -> Rows:
+        sql = query(self.dialect, statement.query)
+        with translated(), self.conn.cursor() as cur:
+            if statement.many:
+                cur.executemany(sql, _many(statement))
+                return []
+            cur.execute(sql, _one(statement))
+            return list(cur.fetchall()) if cur.description else []
+
+
+class AsyncPsycopgExecutor:
+    """On a psycopg 3 AsyncConnection."""
+
+    dialect: Dialect = "postgres"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def run(self, statement: Statement) -> Rows:
+        sql = query(self.dialect, statement.query)
+        with translated():
+            async with self.conn.cursor() as cur:
+                if statement.many:
+                    await cur.executemany(sql, _many(statement))
+                    return []
+                await cur.execute(sql, _one(statement))
+                return list(await cur.fetchall()) if cur.description else []
+
+
+def sqlalchemy_dialect(sync_conn_or_engine: Any) -> Dialect:
+    """Our dialect for a SQLAlchemy Connection or Engine; only psycopg and sqlite3 drivers."""
+    name, driver = sync_conn_or_engine.dialect.name, sync_conn_or_engine.dialect.driver
+    if name == "postgresql" and driver == "psycopg":
+        return "postgres"
+    if name == "sqlite" and driver in ("pysqlite", "aiosqlite"):
+        return "sqlite"
+    raise UnsupportedConnection(
+        f"SQLAlchemy dialect {name}+{driver} is not supported: use postgresql+psycopg or sqlite"
+    )
+
+
+def _sqlalchemy_params(statement: Statement) -> Params | list[Params]:
+    return _many(statement) if statement.many else _one(statement)
+
+
+class SqlAlchemyExecutor:
+    """On a SQLAlchemy Connection (a Session's: session.connection())."""
+
+    def __init__(self, conn: Any) -> None:
+        self.dialect: Dialect = sqlalchemy_dialect(conn)
+        self.conn = conn
+
+    def run(self, statement: Statement) -> Rows:
+        sql = query(self.dialect, statement.query)
+        with translated():
+            result = self.conn.exec_driver_sql(sql, _sqlalchemy_params(statement))
+            return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+
+
+class AsyncSqlAlchemyExecutor:
+    """On a SQLAlchemy AsyncConnection (an AsyncSession's: await session.connection())."""
+
+    def __init__(self, conn: Any) -> None:
+        self.dialect: Dialect = sqlalchemy_dialect(conn.sync_connection)
+        self.conn = conn
+
+    async def run(self, statement: Statement) -> Rows:
+        sql = query(self.dialect, statement.query)
+        with translated():
+            result = await self.conn.exec_driver_sql(sql, _sqlalchemy_params(statement))
+            return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+
+
+class AsyncPool(AsyncExecutor, Protocol):
+    """An AsyncExecutor that owns its connections (PostgresPool, SqliteThread)."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def run_plan(self, plan: Plan, *, write: bool = False) -> Any:
+        """The plan on one connection. write: it changes rows; SQLite runs it under its
+        write lock so its statements commit together; on Postgres every statement commits
+        by itself, so writes that must commit together are written as one statement."""
+        ...

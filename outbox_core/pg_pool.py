@@ -1,0 +1,120 @@
+"""Postgres connection pools that come back within seconds of a long outage ending.
+
+psycopg_pool retries a failed connection with a delay that doubles, uncapped, until
+reconnect_timeout: with the hour we used to give it, the attempt after a 20-minute outage
+could come 17 minutes after the server was back. Here the window is short and, each time
+it runs out, a new one starts, so attempts stay a few seconds apart however long the
+server is away. Used by the relay's store and consumer_lib's PsycopgAsync.
+
+PostgresPool runs named statements on such a pool (an AsyncExecutor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from outbox_core.database_url import Dialect
+from outbox_core.executors import (
+    AsyncPsycopgExecutor,
+    Plan,
+    Rows,
+    Statement,
+    run_plan_async,
+    translated,
+)
+
+RECONNECT_WINDOW_S = 10.0  # attempts at about 0, 1, 3, 7 and 10 s, then again
+
+
+async def _start_over(pool: AsyncConnectionPool[Any]) -> None:
+    if pool.closed:
+        return
+    # check() lets a pool that has lost its connections grow again: a new attempt, whose
+    # delay starts at one second.
+    with contextlib.suppress(Exception):
+        await pool.check()
+
+
+def reconnecting_pool(
+    conninfo: str,
+    *,
+    max_size: int,
+    timeout: float,
+    check: Callable[[AsyncConnection[Any]], Awaitable[None]] | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> AsyncConnectionPool[Any]:
+    """An unopened pool (open it in the running loop, without waiting: a first
+    connection that times out in open(wait=True) closes a psycopg pool for good)."""
+    return AsyncConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=max_size,
+        timeout=timeout,
+        check=check,
+        kwargs=kwargs,
+        open=False,
+        reconnect_timeout=RECONNECT_WINDOW_S,
+        reconnect_failed=_start_over,
+    )
+
+
+class PostgresPool:
+    """An AsyncExecutor over a reconnecting pool, in autocommit: a connection per statement
+    (or per plan), so no transaction is ever held open across an await elsewhere.
+
+    checkout_timeout_s: how long a statement waits for a connection before it fails as a
+    retriable DatabaseError (the server is away, or every connection is busy).
+    """
+
+    dialect: Dialect = "postgres"
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        max_size: int,
+        checkout_timeout_s: float = 30.0,
+        check_on_checkout: bool = True,
+        open_wait_s: float | None = None,
+    ) -> None:
+        self._timeout = checkout_timeout_s
+        self._open_wait_s = open_wait_s
+        self.pool = reconnecting_pool(
+            conninfo,
+            max_size=max_size,
+            timeout=checkout_timeout_s,
+            kwargs={"autocommit": True},
+            # A restarted server leaves dead connections in the pool; a check costs one
+            # round trip per checkout.
+            check=AsyncConnectionPool.check_connection if check_on_checkout else None,
+        )
+
+    async def open(self) -> None:
+        """Start the pool; with open_wait_s, wait that long for a first connection (and
+        fail if none comes: a pool that times out so is closed for good)."""
+        with translated():
+            if self._open_wait_s is None:
+                await self.pool.open()
+            else:
+                await self.pool.open(wait=True, timeout=self._open_wait_s)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def run(self, statement: Statement) -> Rows:
+        with translated():
+            async with self.pool.connection(timeout=self._timeout) as conn:
+                return await AsyncPsycopgExecutor(conn).run(statement)
+
+    async def run_plan(self, plan: Plan, *, write: bool = False) -> Any:
+        """All of the plan's statements on one connection, each committing by itself
+        (autocommit): a plan whose writes must commit together states them as one
+        statement. `write` matters only to SQLite."""
+        with translated():
+            async with self.pool.connection(timeout=self._timeout) as conn:
+                return await run_plan_async(plan, AsyncPsycopgExecutor(conn))

@@ -1,0 +1,142 @@
+"""Nested settings with flat names: OUTBOX_KAFKA_SECURITY_PROTOCOL, --kafka-security-protocol.
+
+A daemon's settings are a BaseSettings whose fields are SettingsGroups (kafka, leases,
+purge, ...) or plain values. Each group names the infix its fields carry in the flat
+namespace (the kafka group: "kafka_", so its `client_id` is `kafka_client_id`), so users
+keep one flat list of environment variables and flags while each component receives only
+its group. Flat keyword arguments are accepted too (`load_settings(kafka_client_id=...)`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+
+class SettingsGroup(BaseModel):
+    """A group of settings; `env_infix` + field name is the field's flat name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    env_infix: ClassVar[str] = ""
+
+
+@dataclass(frozen=True)
+class FlatField:
+    name: str  # the flat name: kafka_client_id
+    path: tuple[str, ...]  # where it lives: ("kafka", "client_id")
+    info: FieldInfo
+
+    def env(self, prefix: str) -> str:
+        return f"{prefix}{self.name}".upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def is_bool(self) -> bool:
+        return self.info.annotation is bool
+
+    @property
+    def is_json(self) -> bool:
+        kind = get_origin(self.info.annotation) or self.info.annotation
+        return kind in (dict, list) or any(
+            (get_origin(a) or a) in (dict, list) for a in get_args(self.info.annotation)
+        )
+
+
+def _group_of(info: FieldInfo) -> type[SettingsGroup] | None:
+    kind = info.annotation
+    return kind if isinstance(kind, type) and issubclass(kind, SettingsGroup) else None
+
+
+def flat_fields(model: type[BaseModel]) -> Iterator[FlatField]:
+    for name, info in model.model_fields.items():
+        group = _group_of(info)
+        if group is None:
+            yield FlatField(name, (name,), info)
+            continue
+        for sub, sub_info in group.model_fields.items():
+            key = sub_info.alias or sub  # what the group is built from (alias: "json")
+            yield FlatField(group.env_infix + key, (name, key), sub_info)
+
+
+def nest(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """Flat keys moved into their groups; group and unknown keys are left as they are.
+    Every group is present (empty when nothing was given), so its own checks run."""
+    by_name = {f.name: f for f in flat_fields(model) if len(f.path) > 1}
+    out: dict[str, Any] = {
+        name: {} for name, info in model.model_fields.items() if _group_of(info) is not None
+    }
+    for key, value in values.items():
+        field = by_name.get(key)
+        if field is None:
+            out[key] = value
+            continue
+        group, sub = field.path
+        existing = out.setdefault(group, {})
+        if isinstance(existing, dict):
+            existing[sub] = value
+    return out
+
+
+def flat_name(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
+    """The flat name of a validation error's location; None for a whole group or model
+    (a check across fields, whose message names them)."""
+    if not loc:
+        return None
+    head = str(loc[0])
+    info = model.model_fields.get(head)
+    group = _group_of(info) if info is not None else None
+    if group is None:
+        return head
+    return group.env_infix + str(loc[1]) if len(loc) > 1 else None
+
+
+class FlatEnvSource(PydanticBaseSettingsSource):
+    """Reads PREFIX + flat name (any case) for every field, into the nested shape."""
+
+    def __init__(self, settings_cls: type[BaseSettings], prefix: str) -> None:
+        super().__init__(settings_cls)
+        self._prefix = prefix
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ does the work for all fields at once
+
+    def __call__(self) -> dict[str, Any]:
+        environ = {k.upper(): v for k, v in os.environ.items()}
+        found: dict[str, Any] = {}
+        for field in flat_fields(self.settings_cls):
+            raw = environ.get(field.env(self._prefix))
+            if raw is None:
+                continue
+            value: Any = raw
+            if field.is_json:
+                try:
+                    value = json.loads(raw)
+                except json.JSONDecodeError:
+                    value = raw  # validation reports it as the wrong type
+            found[field.name] = value
+        return nest(self.settings_cls, found)
+
+
+def describe_errors(model: type[BaseModel], exc: ValidationError, prefix: str) -> list[str]:
+    """One line per error: `flat_name (ENV_NAME): message`; input values are never shown
+    (they may hold secrets)."""
+    lines = []
+    for err in exc.errors(include_input=False, include_url=False):
+        name = flat_name(model, tuple(err["loc"]))
+        where = (
+            f"{name} ({prefix}{name.upper()})"
+            if name
+            else str(err["loc"][0] if err["loc"] else "settings")
+        )
+        lines.append(f"  {where}: {err['msg']}")
+    return lines

@@ -1,0 +1,131 @@
+"""What both daemons (the relay, a consumer) need to run loops: one recipe each for
+sleeping, retrying, supervising named tasks and telling /healthz that they are alive.
+
+- `sleep` returns early when the daemon stops (or when any extra event is set).
+- `retry` is the one transport retry policy: exponential backoff with jitter, retriable
+  errors only, until it works or the daemon stops (then the last error is raised).
+- `spawn` runs a named loop and restarts it, after a pause, when it fails unexpectedly.
+- `tick` marks progress; `healthz` fails when no loop has ticked for too long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
+
+from outbox_core.driver_errors import first_line
+from outbox_core.ops_http import Probe
+
+T = TypeVar("T")
+
+RETRY_MAX_WAIT_S = 10.0
+RESTART_DELAY_S = 1.0
+
+
+class Supervisor:
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.stopping = asyncio.Event()
+        self.last_tick = time.monotonic()
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------------ liveness
+
+    def tick(self) -> None:
+        self.last_tick = time.monotonic()
+
+    def healthz(self, limit_s: float) -> Probe:
+        """Alive when some loop ticked within limit_s (an outage being retried ticks too)."""
+        quiet = time.monotonic() - self.last_tick
+        if quiet > limit_s:
+            return Probe(False, f"no loop tick for {quiet:.1f}s (limit {limit_s:.0f}s)")
+        return Probe(True, "ok")
+
+    # ------------------------------------------------------------------ waiting
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    async def sleep(self, seconds: float, *wake: asyncio.Event) -> None:
+        """Sleep, returning early when stopping or when any of `wake` is set."""
+        events = [self.stopping, *wake]
+        if any(e.is_set() for e in events):
+            return
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def retry(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[T]],
+        retriable: Callable[[BaseException], bool],
+    ) -> T:
+        """call() until it returns; retriable failures are retried with backoff (logged,
+        and counted as a tick: retrying is the loop at work, so /healthz stays green
+        through an outage). Raises the last error once stopping, or a non-retriable one."""
+
+        def log_retry(state: RetryCallState) -> None:
+            self.tick()
+            exc = state.outcome.exception() if state.outcome else None
+            self.log.warning(
+                f"{what} failed; retrying",
+                extra={
+                    "attempt": state.attempt_number,
+                    "error": first_line(exc) if exc is not None else "",
+                },
+            )
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(retriable),
+            wait=wait_random_exponential(multiplier=0.2, max=RETRY_MAX_WAIT_S),
+            stop=lambda _state: self.stopping.is_set(),
+            sleep=self.sleep,
+            before_sleep=log_retry,
+            reraise=True,
+        )
+        result: T | None = None
+        async for attempt in retrying:
+            with attempt:
+                result = await call()
+        return result  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ tasks
+
+    def spawn(self, name: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """Run body as the task `name`; an unexpected failure is logged and body runs again
+        after a pause, until it returns or the daemon stops."""
+
+        async def supervised() -> None:
+            while not self.stopping.is_set():
+                try:
+                    await body()
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    self.log.exception("task failed; restarting", extra={"task": name})
+                    await self.sleep(RESTART_DELAY_S)
+
+        task = asyncio.create_task(supervised(), name=name)
+        self.tasks[name] = task
+        task.add_done_callback(lambda t: self.tasks.get(name) is t and self.tasks.pop(name))
+        return task
+
+    async def cancel_all(self) -> None:
+        """Cancel every supervised task and wait for each to end."""
+        tasks, self.tasks = dict(self.tasks), {}
+        for name, task in tasks.items():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            self.log.debug("task stopped", extra={"task": name})

@@ -1,0 +1,57 @@
+"""The backlog gauges (pending, parked, oldest pending age), refreshed on a timer so that
+a Prometheus scrape never queries the database. `run_once` is one refresh."""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+from pydantic import Field
+
+from outbox_core.settings import SettingsGroup
+from outbox_core.supervisor import Supervisor
+from relay.errors import StoreUnavailable
+from relay.observer import RelayObserver
+from relay.store import Backlog, Store
+
+log = logging.getLogger("relay.gauges")
+
+
+class GaugeSettings(SettingsGroup):
+    env_infix: ClassVar[str] = "gauges_"
+
+    interval_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often pending/parked/oldest-age gauges are refreshed (never per scrape).",
+    )
+
+
+class Gauges:
+    def __init__(
+        self,
+        settings: GaugeSettings,
+        *,
+        shard_count: int,
+        store: Store,
+        observer: RelayObserver,
+        supervisor: Supervisor,
+    ) -> None:
+        self.settings = settings
+        self._shard_count = shard_count
+        self._store = store
+        self._observer = observer
+        self._sup = supervisor
+
+    async def run_once(self) -> Backlog:
+        backlog = await self._store.backlog(self._shard_count)
+        self._observer.backlog(backlog)
+        return backlog
+
+    async def run(self) -> None:
+        while not self._sup.stopping.is_set():
+            try:
+                await self.run_once()
+            except StoreUnavailable as exc:
+                log.debug("gauge refresh failed", extra={"error": str(exc)})
+            await self._sup.sleep(self.settings.interval_s)

@@ -1,0 +1,81 @@
+"""The relay's Kafka producer settings (OUTBOX_KAFKA_*): the unsafe choices (acks other
+than all, idempotence off) are refused at load, not discovered in production."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from outbox_core.settings import SettingsGroup
+
+
+class KafkaSettings(SettingsGroup):
+    """The producer's settings (OUTBOX_KAFKA_*); security is a group of its own."""
+
+    env_infix: ClassVar[str] = "kafka_"
+
+    bootstrap_servers: str = Field(
+        description="Comma-separated host:port list of Kafka brokers.",
+    )
+    acks: str = Field(
+        default="all",
+        description="Producer acks. Only 'all' is accepted: anything else can lose events.",
+    )
+    enable_idempotence: bool = Field(
+        default=True,
+        description="Idempotent producer. Must stay on: it keeps per-partition order on retry.",
+    )
+    client_id: str = Field(default="outbox-relay", description="Kafka client.id.")
+    max_request_size: int = Field(
+        default=1_048_576,
+        ge=1024,
+        description="Largest record batch sent in bytes; larger events are parked at once.",
+    )
+    max_batch_bytes: int = Field(
+        default=16_384,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Record batch size per partition (Kafka's batch.size). Larger sends more per "
+        "round trip, but keep it below every topic's max.message.bytes: the broker refuses a "
+        "batch as a whole.",
+    )
+    linger_ms: int = Field(
+        default=5, ge=0, le=1000, description="Producer linger before a batch is sent (ms)."
+    )
+    request_timeout_ms: int = Field(
+        default=30_000, ge=1000, description="Producer request timeout (ms)."
+    )
+    compression_type: Literal["none", "gzip"] = Field(
+        default="none", description="Record compression."
+    )
+
+    @field_validator("acks")
+    @classmethod
+    def _acks(cls, value: str) -> str:
+        if value.strip().lower() not in ("all", "-1"):
+            raise ValueError(
+                f"acks={value!r} is unsafe: a broker failure could lose acked events; use 'all'"
+            )
+        return "all"
+
+    @field_validator("enable_idempotence")
+    @classmethod
+    def _idempotence(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "enable_idempotence=false is unsafe: retries could reorder or duplicate a key's events"
+            )
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        hosts = [h.strip() for h in value.split(",") if h.strip()]
+        for host in hosts:
+            name, sep, port = host.rpartition(":")
+            if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{host!r} is not host:port")
+        if not hosts:
+            raise ValueError("at least one host:port is required")
+        return ",".join(hosts)

@@ -1,0 +1,84 @@
+"""One observer of what the relay does: it feeds both the stats the probes and tests read
+(RelayStats) and the Prometheus metrics (RelayMetrics), so the two never drift apart."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from relay.batch import BatchOutcome
+from relay.metrics import RelayMetrics
+from relay.store import Backlog
+
+
+@dataclass
+class RelayStats:
+    published: int = 0
+    retried: int = 0
+    parked: int = 0
+    batches: int = 0
+    lease_losses: int = 0
+    takeovers: int = 0
+    producer_recreations: int = 0
+    kafka_outages: int = 0
+    store_errors: int = 0
+    last_heartbeat_ok: float = 0.0  # monotonic time of the last successful lease round
+    kafka_ok: bool = False  # the producer started and the last batch reached Kafka
+
+
+class RelayObserver:
+    def __init__(self) -> None:
+        self.stats = RelayStats()
+        self.metrics = RelayMetrics()
+
+    def batch(self, outcome: BatchOutcome) -> None:
+        st, m = self.stats, self.metrics
+        st.batches += 1
+        st.published += outcome.published
+        st.retried += outcome.retried
+        st.parked += outcome.parked
+        if outcome.claimed:
+            m.batch_size.observe(outcome.claimed)
+        if outcome.published:
+            st.kafka_ok = True
+        for topic, count in outcome.published_by_topic.items():
+            m.published.labels(topic=topic).inc(count)
+        for reason, count in outcome.failures_by_reason.items():
+            m.failures.labels(reason=reason).inc(count)
+        if outcome.parked:
+            m.parked.inc(outcome.parked)
+        for latency in outcome.latencies_s:
+            m.latency.observe(latency)
+
+    def kafka_started(self) -> None:
+        self.stats.kafka_ok = True
+
+    def kafka_outage(self) -> None:
+        self.stats.kafka_outages += 1
+        self.stats.kafka_ok = False
+        self.metrics.kafka_outages.inc()
+
+    def store_error(self) -> None:
+        self.stats.store_errors += 1
+
+    def lease_round(self, replicas: int, held: int) -> None:
+        self.stats.last_heartbeat_ok = time.monotonic()
+        self.metrics.replicas.set(replicas)
+        self.metrics.leases_held.set(held)
+
+    def lease_lost(self) -> None:
+        self.stats.lease_losses += 1
+        self.metrics.losses.inc()
+
+    def takeover(self) -> None:
+        self.stats.takeovers += 1
+        self.metrics.takeovers.inc()
+
+    def producer_recreated(self) -> None:
+        self.stats.producer_recreations += 1
+        self.metrics.recreations.inc()
+
+    def backlog(self, backlog: Backlog) -> None:
+        self.metrics.pending.set(backlog.pending)
+        self.metrics.parked_rows.set(backlog.parked)
+        self.metrics.oldest_pending_age.set(backlog.oldest_pending_age_s)

@@ -1,0 +1,298 @@
+"""The Store on SQL: one implementation over an executor and a codec, for every dialect.
+
+What differs per dialect is only how connections are held (a Postgres pool in autocommit,
+or one SQLite connection on its own thread: outbox_core.pg_pool / sqlite_thread), how
+parameters are encoded (outbox_core.codec) and the settle, which Postgres does in one
+fenced statement and SQLite in steps under its write lock (SETTLE_FORMS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+
+from outbox_core.codec import codec_for
+from outbox_core.database_url import DatabaseUrl, Dialect
+from outbox_core.errors import ConfigurationError, MigrationError, OutboxError
+from outbox_core.executors import AsyncPool, Plan, Rows, Statement
+from outbox_core.pg_pool import PostgresPool
+from outbox_core.settings import SettingsGroup
+from outbox_core.sqlite_thread import SqliteThread
+from relay.errors import LeaseLost, RelayError, StartupRefused, StoreUnavailable
+from relay.sqlite_lock import RelayFileLock
+from relay.store import AppliedMigration, Backlog, ClaimedRow, Failure, Lease, Policy, Settled
+
+# Postgres pools: the shard workers' and a small one of their own for leases, membership
+# and gauges, which must not queue behind slow claims or every lease expires at once.
+WORK_CONNECTIONS = 8
+CONTROL_CONNECTIONS = 2
+OPEN_WAIT_S = 30.0
+WORK_CHECKOUT_S = 30.0
+# Control calls fail fast while the server is away, so a heartbeat round reports it
+# within seconds instead of queueing past the lease.
+CONTROL_CHECKOUT_S = 5.0
+
+
+class DatabaseSettings(SettingsGroup):
+    database_url: SecretStr = Field(
+        description="Outbox database: postgresql://user:pass@host/db or sqlite:///path.db",
+    )
+    sqlite_wait_for_lock: bool = Field(
+        default=False,
+        description="SQLite: wait for the relay already running on the file instead of exiting.",
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: SecretStr) -> SecretStr:
+        try:
+            DatabaseUrl.parse(value.get_secret_value())
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @property
+    def url(self) -> DatabaseUrl:
+        return DatabaseUrl.parse(self.database_url.get_secret_value())
+
+
+def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
+    rows = yield Statement(
+        "outbox_settle_keep" if keep else "outbox_settle_delete", {**fence, **params}
+    )
+    held, published, failed = rows[0]
+    if not held:
+        raise LeaseLost(fence["shard"])
+    return Settled(int(published), int(failed))
+
+
+def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
+    if not (yield Statement("lease_check", fence))[0][0]:
+        raise LeaseLost(fence["shard"])
+    shard = {"shard": fence["shard"]}
+    published = yield Statement(
+        "outbox_mark_published" if keep else "outbox_delete_published",
+        {**shard, "published_ids": params["published_ids"]},
+    )
+    failures = {k: v for k, v in params.items() if k != "published_ids"}
+    failed = yield Statement("outbox_record_failures", {**shard, **failures})
+    return Settled(len(published), len(failed))
+
+
+SettleForm = Callable[[dict[str, Any], dict[str, Any], bool], Plan]
+SETTLE_FORMS: dict[Dialect, SettleForm] = {
+    "postgres": _settle_in_one_statement,
+    "sqlite": _settle_in_steps,
+}
+
+
+_NAMES: dict[Dialect, str] = {"postgres": "Postgres", "sqlite": "SQLite"}
+
+
+def _single(statement: Statement) -> Plan:
+    return (yield statement)
+
+
+class SqlStore:
+    """work: the connections shard workers claim and settle on; control: leases,
+    membership and gauges (the same object on SQLite, which has one connection)."""
+
+    def __init__(
+        self,
+        work: AsyncPool,
+        control: AsyncPool | None = None,
+        *,
+        file_lock: RelayFileLock | None = None,
+        sqlite_path: str | None = None,
+    ) -> None:
+        self.dialect: Dialect = work.dialect
+        self._work = work
+        self._control = control or work
+        self._codec = codec_for(self.dialect)
+        self._settle = SETTLE_FORMS[self.dialect]
+        self._lock = file_lock
+        self._sqlite_path = sqlite_path
+
+    # ---------------------------------------------------------------- plumbing
+
+    async def _run(self, statement: Statement, *, control: bool = False) -> Rows:
+        try:
+            return await (self._control if control else self._work).run(statement)
+        except RelayError:
+            raise
+        except OutboxError as exc:
+            raise _unavailable(statement.query, exc) from exc
+
+    async def _plan(self, what: str, plan: Plan, *, control: bool = False) -> Any:
+        try:
+            return await (self._control if control else self._work).run_plan(plan, write=True)
+        except RelayError:
+            raise
+        except OutboxError as exc:
+            raise _unavailable(what, exc) from exc
+
+    async def open(self) -> None:
+        if self._sqlite_path is not None and not await asyncio.to_thread(
+            os.path.exists, self._sqlite_path
+        ):
+            raise StartupRefused(
+                f"SQLite database {self._sqlite_path} does not exist: run migrate first"
+            )
+        if self._lock is not None:
+            await self._lock.acquire()
+        try:
+            await self._work.open()
+            if self._control is not self._work:
+                await self._control.open()
+        except OutboxError as exc:
+            raise _unavailable(f"cannot connect to {_NAMES[self.dialect]}", exc) from exc
+
+    async def close(self) -> None:
+        await self._work.close()
+        if self._control is not self._work:
+            await self._control.close()
+        if self._lock is not None:
+            self._lock.release()
+
+    # ---------------------------------------------------------------- reads
+
+    async def migrations(self) -> list[AppliedMigration]:
+        try:
+            rows = await self._run(Statement("migration_list"))
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, MigrationError):  # no migration table yet
+                return []
+            raise
+        return [AppliedMigration(int(v), str(n), str(c)) for v, n, c in rows]
+
+    async def shard_count(self) -> int:
+        rows = await self._run(Statement("setting_get", {"name": "shard_count"}))
+        return int(rows[0][0]) if rows else 0
+
+    async def max_pending_shard(self) -> int:
+        return int((await self._run(Statement("outbox_shard_max")))[0][0])
+
+    async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]:
+        name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
+        rows = await self._run(Statement(name, {"shard": shard, "limit": limit}))
+        return [ClaimedRow._make(r) for r in rows]
+
+    async def backlog(self, shard_count: int) -> Backlog:
+        rows = await self._run(
+            Statement("outbox_backlog", {"shard_count": shard_count}), control=True
+        )
+        return Backlog.from_row(rows[0])
+
+    async def lease_list(self) -> list[Lease]:
+        return [Lease.from_row(r) for r in await self._run(Statement("lease_list"), control=True)]
+
+    async def replica_list_live(self) -> list[str]:
+        rows = await self._run(Statement("replica_list_live"), control=True)
+        return [str(r[0]) for r in rows]
+
+    # ---------------------------------------------------------------- writes
+
+    async def settle(
+        self,
+        shard: int,
+        owner: str,
+        token: int,
+        published_ids: Sequence[int],
+        failures: Sequence[Failure],
+        keep: bool,
+    ) -> Settled:
+        c = self._codec
+        params = {
+            "published_ids": c.array(published_ids),
+            "failed_ids": c.array([f.id for f in failures]),
+            "errors": c.array([f.error for f in failures]),
+            "delays_s": c.array([f.delay_s for f in failures]),
+            "parks": c.array([f.park for f in failures]),
+        }
+        fence = {"shard": shard, "owner": owner, "token": token}
+        settled: Settled = await self._plan("settle", self._settle(fence, params, keep))
+        return settled
+
+    async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None:
+        params = {"shard": shard, "owner": owner, "ttl_s": self._codec.seconds(ttl_s)}
+        rows: Rows = await self._plan(
+            "lease_acquire", _single(Statement("lease_acquire", params)), control=True
+        )
+        return int(rows[0][0]) if rows else None
+
+    async def lease_renew(self, owner: str, held: Mapping[int, int], ttl_s: float) -> set[int]:
+        if not held:
+            return set()
+        c = self._codec
+        params = {
+            "owner": owner,
+            "shards": c.array(list(held)),
+            "tokens": c.array(list(held.values())),
+            "ttl_s": c.seconds(ttl_s),
+        }
+        rows: Rows = await self._plan(
+            "lease_renew", _single(Statement("lease_renew", params)), control=True
+        )
+        return {int(r[0]) for r in rows}
+
+    async def lease_release(self, shard: int, owner: str, token: int) -> None:
+        params = {"shard": shard, "owner": owner, "token": token}
+        await self._run(Statement("lease_release", params), control=True)
+
+    async def replica_heartbeat(self, owner: str, ttl_s: float) -> None:
+        params = {"owner": owner, "ttl_s": self._codec.seconds(ttl_s)}
+        await self._run(Statement("replica_heartbeat", params), control=True)
+
+    async def replica_remove(self, owner: str) -> None:
+        await self._run(Statement("replica_remove", {"owner": owner}), control=True)
+
+    async def purge(self, retention_s: float, idempotency_retention_s: float, limit: int) -> int:
+        c = self._codec
+
+        def plan() -> Plan:
+            published = yield Statement(
+                "outbox_purge_published", {"retention_s": c.seconds(retention_s), "limit": limit}
+            )
+            keys = yield Statement(
+                "idempotency_purge",
+                {"retention_s": c.seconds(idempotency_retention_s), "limit": limit},
+            )
+            yield Statement("replica_purge_dead")
+            return len(published) + len(keys)
+
+        removed: int = await self._plan("purge", plan(), control=True)
+        return removed
+
+
+def _unavailable(what: str, exc: OutboxError) -> StoreUnavailable:
+    # Driver messages never include the password; keep only the first line.
+    lines = str(exc).strip().splitlines()
+    return StoreUnavailable(f"{what}: {lines[0] if lines else type(exc).__name__}")
+
+
+def make_store(settings: DatabaseSettings) -> SqlStore:
+    db = settings.url
+    if db.dialect == "postgres":
+        return SqlStore(
+            PostgresPool(
+                db.url,
+                max_size=WORK_CONNECTIONS,
+                checkout_timeout_s=WORK_CHECKOUT_S,
+                open_wait_s=OPEN_WAIT_S,
+            ),
+            PostgresPool(
+                db.url,
+                max_size=CONTROL_CONNECTIONS,
+                checkout_timeout_s=CONTROL_CHECKOUT_S,
+                open_wait_s=OPEN_WAIT_S,
+            ),
+        )
+    return SqlStore(
+        SqliteThread(db.url),
+        file_lock=RelayFileLock(db.url, wait=settings.sqlite_wait_for_lock),
+        sqlite_path=db.url,
+    )
