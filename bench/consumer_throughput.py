@@ -62,6 +62,7 @@ from bench.emit_overhead import (  # noqa: E402
     admin,
     load_sql,
     make_orders,
+    markdown_table,
     order_payload,
     server_version,
     with_database,
@@ -402,23 +403,7 @@ def print_table(results: Sequence[Result]) -> None:
                 f"{paired:.3f}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            c.ljust(w) if i < 2 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "| " + " | ".join(padded) + " |"
-
-    print(line(rows[0]))
-    print(
-        "|"
-        + "|".join(("-" * (w + 1)) + (":" if i >= 2 else "-") for i, w in enumerate(widths))
-        + "|"
-    )
-    for row in rows[1:]:
-        print(line(row))
+    print("\n".join(markdown_table(rows, left=2)))
     print()
     print(
         "ratio to plain = median ev/s / plain's median ev/s on the same topic; paired ratio = "

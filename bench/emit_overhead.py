@@ -247,6 +247,22 @@ def paired_ratio(result: Result, by_name: dict[str, Result]) -> float | None:
     return statistics.median(v / b for v, b in zip(result.tps, base, strict=True))
 
 
+def markdown_table(rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """rows[0] is the header; the first `left` columns are left-aligned, the rest right-aligned,
+    every cell padded to its column's width."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|".join(("-" * (w + 1)) + (":" if i >= left else "-") for i, w in enumerate(widths))
+    return [line(rows[0]), "|" + rule + "|", *(line(row) for row in rows[1:])]
+
+
 def print_table(results: Sequence[Result], clients: int) -> None:
     """A Markdown table, so that a run can be pasted into docs/benchmarks.md as it is."""
     by_name = {r.name: r for r in results}
@@ -282,19 +298,7 @@ def print_table(results: Sequence[Result], clients: int) -> None:
                 *extra,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "| " + " | ".join(padded) + " |"
-
-    print(line(rows[0]))
-    print("|" + "|".join(("-" * (w + 1)) + (":" if i else "-") for i, w in enumerate(widths)) + "|")
-    for row in rows[1:]:
-        print(line(row))
+    print("\n".join(markdown_table(rows, left=1)))
     print()
     print(
         "ratio = median tx/s / its baseline's median tx/s; overhead = 1 - ratio; "

@@ -25,22 +25,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.compare.backlog import build_template, copy_database, drop_database, load_backlog
+from bench.compare.common import BENCH_CACHE, BENCH_KAFKA_PORT, BENCH_PG_PORT, loadavg, say
+from bench.compare.services import start_services
+from bench.compare.topics import TopicCounter, create_topic, delete_topics
 from bench.emit_overhead import TOPIC
-from bench.relay_compare import (
-    BENCH_CACHE,
-    BENCH_KAFKA_PORT,
-    BENCH_PG_PORT,
-    TopicCounter,
-    build_template,
-    copy_database,
-    create_topic,
-    delete_topics,
-    drop_database,
-    load_backlog,
-    loadavg,
-    say,
-    start_services,
-)
 from relay.config import load_settings
 from relay.errors import PublishFailed
 from relay.publisher import KafkaPublisher, OutgoingRecord

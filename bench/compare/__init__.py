@@ -1,0 +1,17 @@
+"""The parts of bench/relay_compare.py, our relay against Debezium and a naive relay.
+
+bench/relay_compare.py is the program (its docstring says what it measures and how);
+this package holds what it runs, one module each:
+
+- common:     paths, versions, sizes, labels, targets, the SQL, the log line
+- services:   the Postgres and Kafka it runs on (its own, or the environment's)
+- backlog:    the template database producer_lib writes once, its copies, the outbox load
+- topics:     topic creation and removal, counting the records on a topic
+- processes:  a contender's subprocesses and the environment the relays get
+- context:    one run's state: the fresh database and topic each drain gets
+- drain:      watching a drain from the topic's end offsets, and what it measured
+- ours, naive, ceiling, debezium: one contender each (drain, and latency where measured)
+- latency:    offered loads, the receiving consumer, percentiles
+- report:     tables, ratios, targets, the docs/benchmarks.md section
+- cli:        the command line and one run of it
+"""

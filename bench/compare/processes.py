@@ -1,0 +1,63 @@
+"""A contender's subprocesses (log to a file each, SIGTERM to stop) and the environment the
+relays get."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.compare.common import ROOT
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+
+
+def launch(name: str, cmd: list[str], env: dict[str, str], logdir: Path) -> Proc:
+    log = logdir / f"{name}.log"
+    with open(log, "ab") as out:
+        popen = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
+        )
+    return Proc(name, popen, log)
+
+
+def relay_env(url: str, bootstrap: str, prefix: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    env.update(
+        OUTBOX_DATABASE_URL=url,
+        OUTBOX_KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        OUTBOX_TOPIC_PREFIX=prefix,
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
+    # The bench's broker listens in plaintext on 127.0.0.1; the relay wants it said.
+    env["OUTBOX_KAFKA_SECURITY_PROTOCOL"] = "PLAINTEXT"
+    # The ops endpoint stays on (a default) but on any free port: replicas, and other
+    # relays on this machine, would otherwise collide on the fixed one.
+    env["OUTBOX_HTTP_PORT"] = "0"
+    return env
