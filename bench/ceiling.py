@@ -1,6 +1,6 @@
 """The database ceiling of bench/relay_compare.py: the relay's statements without Kafka.
 
-The same PostgresStore the relay uses (its pool of 8 connections, autocommit), one task
+The same store the relay uses (its pool of 8 connections, autocommit), one task
 per shard as the relay runs one worker per held shard, each looping: claim a batch
 (`outbox_claim_batch`, block_key policy) and settle it at once as published
 (`outbox_settle_delete`, fenced by the shard's lease), until every shard comes back
@@ -23,13 +23,15 @@ import sys
 import time
 from collections.abc import Sequence
 
-from relay.store_postgres import PostgresStore
+from pydantic import SecretStr
+
+from relay.sql_store import DatabaseSettings, make_store
 
 OWNER = "bench-ceiling"
 
 
 async def drain(url: str, batch_size: int) -> dict[str, float]:
-    store = PostgresStore(url)
+    store = make_store(DatabaseSettings(database_url=SecretStr(url)))
     await store.open()
     try:
         shards = await store.shard_count()

@@ -77,10 +77,10 @@ from consumer_lib import (  # noqa: E402
     SqlAlchemyAsync,
 )
 from consumer_lib.database import Handler  # noqa: E402
+from outbox_core.database_url import DatabaseUrl  # noqa: E402
+from outbox_core.kafka_security import KafkaSecurity  # noqa: E402
+from outbox_core.queries import query  # noqa: E402
 from producer_lib import Outbox, migrate  # noqa: E402
-from producer_lib.connect import DatabaseUrl  # noqa: E402
-from producer_lib.queries import query  # noqa: E402
-from relay.kafka_security import KafkaSecurity  # noqa: E402
 
 SQL = load_sql("consumer.sql")
 # Runs in which consumer_lib met database or broker failures: their rate is not clean.

@@ -10,7 +10,7 @@ them alike; the report gives the median tx/s of each and the ratio to the baseli
     .venv/bin/python bench/emit_overhead.py [--transactions 2000] [--rounds 5] [--clients 1]
 
 The benchmark creates a private database bench_<random> on DATABASE_URL's server, migrates
-it with producer_lib.migrate and drops it at the end. It is a measurement: it exits 0
+it with outbox_core.migrate and drops it at the end. It is a measurement: it exits 0
 whatever the overhead, and non-zero only on errors.
 """
 
@@ -36,9 +36,9 @@ from sqlalchemy import BigInteger, create_engine
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from outbox_core.database_url import DatabaseUrl
+from outbox_core.queries import parse_blocks
 from producer_lib import Event, Outbox, migrate
-from producer_lib.connect import DatabaseUrl
-from producer_lib.queries import parse_blocks
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 TARGET_OVERHEAD = 0.15

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from aiokafka import AIOKafkaProducer
 
-from producer_lib.queries import parse_blocks
+from outbox_core.queries import parse_blocks
 
 SQL = parse_blocks(
     (Path(__file__).resolve().parent / "sql" / "naive_relay.sql").read_text("utf-8"),

@@ -34,8 +34,8 @@ from relay.config import load_settings
 from relay.errors import PublishFailed
 from relay.publisher import KafkaPublisher, OutgoingRecord
 from relay.service import RelayService
+from relay.sql_store import SqlStore, make_store
 from relay.store import ClaimedRow, Failure, Policy, Settled
-from relay.store_postgres import PostgresStore
 
 _BATCH: contextvars.ContextVar[dict[str, float]] = contextvars.ContextVar("batch")
 _WAITERS: set[asyncio.Future[None]] = set()
@@ -43,7 +43,7 @@ PHASES = ("claim", "to Kafka", "acks", "between", "settle")
 
 
 class TimedStore:
-    def __init__(self, inner: PostgresStore, batches: list[dict[str, float]]) -> None:
+    def __init__(self, inner: SqlStore, batches: list[dict[str, float]]) -> None:
         self._inner = inner
         self._batches = batches
 
@@ -152,8 +152,10 @@ async def run(args: argparse.Namespace) -> int:
         )
         service = RelayService(
             settings,
-            store=TimedStore(PostgresStore(url), batches),
-            publisher=TimedPublisher(KafkaPublisher(settings)),
+            store=TimedStore(make_store(settings.database), batches),
+            publisher=TimedPublisher(
+                KafkaPublisher(settings.kafka, settings.kafka_security.resolve())
+            ),
         )
         before = loadavg()
         started = time.perf_counter()
