@@ -19,298 +19,52 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
-from psycopg import sql
-from sqlalchemy import BigInteger, create_engine
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from outbox_core.database_url import DatabaseUrl
-from outbox_core.queries import parse_blocks
-from producer_lib import Event, Outbox, migrate
+import psycopg  # noqa: E402
 
-SQL_DIR = Path(__file__).resolve().parent / "sql"
+from bench.database import SQL_DIR, admin, load_sql, server_version, with_database  # noqa: E402
+from bench.emit.report import Result, print_table, ratio  # noqa: E402
+from bench.emit.variants import build_variants, timed  # noqa: E402
+from bench.guard import run_guarded  # noqa: E402
+from bench.markdown_table import markdown_table  # noqa: E402
+from bench.orders import (  # noqa: E402
+    DISTINCT_KEYS,
+    EVENT_TYPE,
+    TOPIC,
+    make_orders,
+    order_payload,
+    sequenced_order_event,
+)
+from outbox_core.database_url import DatabaseUrl  # noqa: E402
+from producer_lib import Outbox, migrate  # noqa: E402
+
+# Other benchmarks import the shared workload and database helpers from here too.
+__all__ = [
+    "DISTINCT_KEYS",
+    "EVENT_TYPE",
+    "SQL_DIR",
+    "TOPIC",
+    "admin",
+    "load_sql",
+    "main",
+    "make_orders",
+    "markdown_table",
+    "order_payload",
+    "sequenced_order_event",
+    "server_version",
+    "with_database",
+]
+
+
 TARGET_OVERHEAD = 0.15
-DISTINCT_KEYS = 1000
-TOPIC = "orders"
-EVENT_TYPE = "OrderPlaced"
-
-
-def load_sql(name: str) -> dict[str, str]:
-    path = SQL_DIR / name
-    return parse_blocks(path.read_text("utf-8"), str(path))
-
-
-# --------------------------------------------------------------------------- workload
-
-
-@dataclass(frozen=True)
-class Order:
-    """One transaction's input, built before the clock starts."""
-
-    customer: str
-    amount_cents: int
-    details: dict[str, Any]
-
-
-def make_orders(rng: random.Random, count: int) -> list[Order]:
-    orders: list[Order] = []
-    for _ in range(count):
-        customer = f"customer-{rng.randrange(DISTINCT_KEYS):04d}"
-        lines = [(rng.randrange(1_000_000), rng.randint(1, 5), rng.randint(100, 20_000))]
-        lines.append((rng.randrange(1_000_000), rng.randint(1, 5), rng.randint(100, 20_000)))
-        items = [
-            {"sku": f"SKU-{sku:06d}", "quantity": qty, "unit_price_cents": price}
-            for sku, qty, price in lines
-        ]
-        amount = sum(qty * price for _, qty, price in lines)
-        details: dict[str, Any] = {
-            "customer_id": customer,
-            "amount_cents": amount,
-            "currency": "EUR",
-            "items": items,
-            "shipping": {"method": "standard", "country": "DE", "postcode": "10115"},
-            "placed_at": "2024-11-29T10:51:00+00:00",
-        }
-        orders.append(Order(customer, amount, details))
-    return orders
-
-
-def order_payload(order_id: int, order: Order) -> dict[str, Any]:
-    return {"order_id": order_id, **order.details}
-
-
-def sequenced_order_event(rng: random.Random, keys: int, seq: int, order: Order) -> Event:
-    """The relay benchmarks' event: a random one of `keys` customers as its key, and its
-    sequence number in the payload (for latency and loss accounting)."""
-    return Event(
-        TOPIC,
-        f"customer-{rng.randrange(keys):04d}",
-        EVENT_TYPE,
-        {"seq": seq, **order_payload(seq, order)},
-    )
-
-
-class OrderRow(DeclarativeBase):
-    pass
-
-
-class OrderModel(OrderRow):
-    """The orders table as a SQLAlchemy model, for the Session variants."""
-
-    __tablename__ = "orders"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    customer: Mapped[str]
-    amount_cents: Mapped[int]
-
-
-# One client's transactions for one variant; the connection arguments are fixed per client.
-Runner = Callable[[Sequence[Order]], None]
-
-
-def psycopg_runner(conn: psycopg.Connection[Any], insert: str, outbox: Outbox | None) -> Runner:
-    def run(orders: Sequence[Order]) -> None:
-        for order in orders:
-            # autocommit=False: the first execute sends BEGIN, commit() ends it.
-            row = conn.execute(
-                insert, {"customer": order.customer, "amount_cents": order.amount_cents}
-            ).fetchone()
-            assert row is not None
-            if outbox is not None:
-                outbox.emit(
-                    conn,
-                    topic=TOPIC,
-                    key=order.customer,
-                    event_type=EVENT_TYPE,
-                    payload=order_payload(int(row[0]), order),
-                )
-            conn.commit()
-
-    return run
-
-
-def sqlalchemy_runner(engine: Engine, outbox: Outbox | None) -> Runner:
-    def run(orders: Sequence[Order]) -> None:
-        for order in orders:
-            with Session(engine) as session, session.begin():
-                model = OrderModel(customer=order.customer, amount_cents=order.amount_cents)
-                session.add(model)
-                session.flush()
-                if outbox is not None:
-                    outbox.emit(
-                        session,
-                        topic=TOPIC,
-                        key=order.customer,
-                        event_type=EVENT_TYPE,
-                        payload=order_payload(model.id, order),
-                    )
-
-    return run
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    baseline: str  # the variant this one is compared with ("" for a baseline)
-    runners: list[Runner]  # one per client
-
-
-def timed(runners: Sequence[Runner], orders: Sequence[Order]) -> float:
-    """Run orders split across the clients at once; returns wall seconds."""
-    clients = len(runners)
-    if clients == 1:
-        start = time.perf_counter()
-        runners[0](orders)
-        return time.perf_counter() - start
-    shares = [orders[i::clients] for i in range(clients)]
-    barrier = threading.Barrier(clients + 1)
-    errors: list[BaseException] = []
-
-    def work(runner: Runner, share: Sequence[Order]) -> None:
-        barrier.wait()
-        try:
-            runner(share)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=work, args=(r, s), daemon=True)
-        for r, s in zip(runners, shares, strict=True)
-    ]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return elapsed
-
-
-# --------------------------------------------------------------------------- database
-
-
-def with_database(url: str, dbname: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{dbname}"))
-
-
-def admin(url: str, block: str, dbname: str) -> None:
-    statement = sql.SQL(load_sql("admin.sql")[block]).format(dbname=sql.Identifier(dbname))
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(statement)
-
-
-def server_version(url: str) -> str:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(load_sql("admin.sql")["server_version"]).fetchone()
-    return str(row[0]) if row else "unknown"
-
-
-# --------------------------------------------------------------------------- report
-
-
-@dataclass(frozen=True)
-class Result:
-    name: str
-    baseline: str
-    tps: list[float]  # one per round
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.tps)
-
-
-def ratio(result: Result, by_name: dict[str, Result]) -> float | None:
-    if not result.baseline:
-        return None
-    return result.median / by_name[result.baseline].median
-
-
-def paired_ratio(result: Result, by_name: dict[str, Result]) -> float | None:
-    """Median over rounds of this round's tx/s over its baseline's in the same round."""
-    if not result.baseline:
-        return None
-    base = by_name[result.baseline].tps
-    return statistics.median(v / b for v, b in zip(result.tps, base, strict=True))
-
-
-def markdown_table(rows: Sequence[Sequence[str]], left: int) -> list[str]:
-    """rows[0] is the header; the first `left` columns are left-aligned, the rest right-aligned,
-    every cell padded to its column's width."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            c.ljust(w) if i < left else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "|".join(("-" * (w + 1)) + (":" if i >= left else "-") for i, w in enumerate(widths))
-    return [line(rows[0]), "|" + rule + "|", *(line(row) for row in rows[1:])]
-
-
-def print_table(results: Sequence[Result], clients: int) -> None:
-    """A Markdown table, so that a run can be pasted into docs/benchmarks.md as it is."""
-    by_name = {r.name: r for r in results}
-    rows = [
-        (
-            "variant",
-            "median tx/s",
-            "min tx/s",
-            "max tx/s",
-            "ms/tx",
-            "added ms/tx",
-            "ratio",
-            "overhead",
-            "paired ratio",
-        )
-    ]
-    for r in results:
-        ms = 1000.0 * clients / r.median
-        rat = ratio(r, by_name)
-        pair = paired_ratio(r, by_name)
-        if rat is None or pair is None:
-            extra = ("", "", "", "")
-        else:
-            added = ms - 1000.0 * clients / by_name[r.baseline].median
-            extra = (f"{added:+.3f}", f"{rat:.3f}", f"{1 - rat:.1%}", f"{pair:.3f}")
-        rows.append(
-            (
-                r.name,
-                f"{r.median:.1f}",
-                f"{min(r.tps):.1f}",
-                f"{max(r.tps):.1f}",
-                f"{ms:.3f}",
-                *extra,
-            )
-        )
-    print("\n".join(markdown_table(rows, left=1)))
-    print()
-    print(
-        "ratio = median tx/s / its baseline's median tx/s; overhead = 1 - ratio; "
-        "paired ratio = median over rounds of the same round's ratio"
-    )
-    print(
-        "ms/tx = wall time per transaction"
-        + (f" per client ({clients} clients / tx/s)" if clients > 1 else "")
-    )
-
-
-# --------------------------------------------------------------------------- main
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -346,47 +100,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.warmup < 0:
         p.error("--warmup must not be negative")
     return args
-
-
-def build_variants(
-    url: str, clients: int, with_sqlalchemy: bool, stack: list[Callable[[], None]]
-) -> list[Variant]:
-    insert = load_sql("orders.sql")["order_insert"]
-    lock_on, lock_off = Outbox(), Outbox(per_key_lock=False)
-    conns: list[psycopg.Connection[Any]] = []
-    for _ in range(clients):
-        conn = psycopg.connect(url, autocommit=False)
-        stack.append(conn.close)
-        conns.append(conn)
-    variants = [
-        Variant("psycopg baseline", "", [psycopg_runner(c, insert, None) for c in conns]),
-        Variant(
-            "psycopg emit, lock on",
-            "psycopg baseline",
-            [psycopg_runner(c, insert, lock_on) for c in conns],
-        ),
-        Variant(
-            "psycopg emit, lock off",
-            "psycopg baseline",
-            [psycopg_runner(c, insert, lock_off) for c in conns],
-        ),
-    ]
-    if with_sqlalchemy:
-        engine = create_engine(
-            "postgresql+psycopg://" + url.split("://", 1)[1],
-            pool_size=clients,
-            max_overflow=0,
-        )
-        stack.append(engine.dispose)
-        variants += [
-            Variant("sqlalchemy baseline", "", [sqlalchemy_runner(engine, None)] * clients),
-            Variant(
-                "sqlalchemy emit, lock on",
-                "sqlalchemy baseline",
-                [sqlalchemy_runner(engine, lock_on)] * clients,
-            ),
-        ]
-    return variants
 
 
 def run(args: argparse.Namespace) -> int:
@@ -456,14 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        return run(args)
-    except KeyboardInterrupt:
-        print("emit_overhead: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        print(f"emit_overhead: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    return run_guarded("emit_overhead", lambda: run(args))
 
 
 if __name__ == "__main__":

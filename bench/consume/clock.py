@@ -1,0 +1,61 @@
+"""How bench/consumer_throughput.py times a contender: from the first record taken up to the
+commit of the last event's transaction, around consumer_lib's Database for consumer_lib."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from consumer_lib import Database
+from consumer_lib.database import Handler
+
+
+@dataclass
+class Clock:
+    """When the first record was taken up and when the total-th transaction committed."""
+
+    total: int
+    first: float | None = None
+    last: float | None = None
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.done = asyncio.Event()
+
+    def start(self) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+
+    def committed(self) -> None:
+        self.count += 1
+        if self.count == self.total:
+            self.last = time.perf_counter()
+            self.done.set()
+
+    def rate(self) -> float:
+        if self.first is None or self.last is None:
+            raise RuntimeError("the clock did not run")
+        return self.total / (self.last - self.first)
+
+
+class ClockedDatabase:
+    """consumer_lib's Database with the clock around apply (one call and a counter more)."""
+
+    def __init__(self, inner: Database, clock: Clock) -> None:
+        self.inner = inner
+        self.dialect = inner.dialect
+        self.clock = clock
+
+    async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
+        self.clock.start()
+        applied = await self.inner.apply(group, event_id, call, event)
+        self.clock.committed()
+        return applied
+
+    async def purge(self, retention_s: float, limit: int) -> int:
+        return await self.inner.purge(retention_s, limit)
+
+    async def close(self) -> None:
+        await self.inner.close()

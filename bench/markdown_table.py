@@ -1,0 +1,22 @@
+"""The benchmarks' result tables, in Markdown so that a run can be pasted into
+docs/benchmarks.md as it is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def markdown_table(rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """rows[0] is the header; the first `left` columns are left-aligned, the rest right-aligned,
+    every cell padded to its column's width."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|".join(("-" * (w + 1)) + (":" if i >= left else "-") for i, w in enumerate(widths))
+    return [line(rows[0]), "|" + rule + "|", *(line(row) for row in rows[1:])]

@@ -1,0 +1,79 @@
+"""What the Postgres and Kafka of scripts/services.py share: the cache folder and the files in
+it, the error they report, and small process and socket helpers.
+
+The cache is OUTBOX_CACHE_DIR (default /var/cache/outbox-relay as root, else
+~/.cache/outbox-relay): RUN holds the running servers' data and logs, and the Kafka jars are
+cached next to it in a folder named after KAFKA_VERSION.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The postgres user must reach the cluster's folder, and root's home is closed to it.
+_DEFAULT_CACHE = (
+    Path("/var/cache/outbox-relay")
+    if os.geteuid() == 0
+    else Path.home() / ".cache" / "outbox-relay"
+)
+CACHE = Path(os.environ.get("OUTBOX_CACHE_DIR", _DEFAULT_CACHE))
+RUN = CACHE / "run"
+
+KAFKA_VERSION = "4.1.1"
+
+
+class ServiceError(Exception):
+    """A service could not be started or reached; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    pg_data: Path = RUN / "postgres"
+    pg_log: Path = RUN / "postgres.log"
+    kafka_libs: Path = CACHE / f"kafka-{KAFKA_VERSION}" / "libs"
+    kafka_home: Path = RUN / "kafka"
+
+    @property
+    def kafka_data(self) -> Path:
+        return self.kafka_home / "data"
+
+    @property
+    def kafka_props(self) -> Path:
+        return self.kafka_home / "server.properties"
+
+    @property
+    def kafka_log4j(self) -> Path:
+        return self.kafka_home / "log4j2.properties"
+
+    @property
+    def kafka_pid(self) -> Path:
+        return self.kafka_home / "kafka.pid"
+
+    @property
+    def kafka_log(self) -> Path:
+        return self.kafka_home / "server.log"
+
+
+P = Paths()
+
+
+def say(msg: str) -> None:
+    print(f"[services] {msg}", flush=True)
+
+
+def run(
+    cmd: Sequence[str], *, check: bool = True, **kw: object
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), check=check, text=True, capture_output=True, **kw)  # type: ignore[call-overload, no-any-return]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0

@@ -1,0 +1,194 @@
+"""The Postgres of scripts/services.py: Debian's postgresql package (installed with apt-get when
+missing and run as root) in a cluster of its own under the cache folder, listening on
+127.0.0.1:OUTBOX_PG_PORT, with the role and database of DEFAULT_DATABASE_URL. DATABASE_URL,
+when set, is taken as given and only checked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from scripts.service_common import P, ServiceError, port_open, run, say
+
+PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "55432"))
+# Extra server options appended to the defaults, e.g. "-c wal_level=logical" (the relay
+# benchmark runs its own cluster with it for Debezium). They apply when the script starts
+# the server; a running server keeps the options it was started with.
+PG_EXTRA_OPTIONS = os.environ.get("OUTBOX_PG_OPTIONS", "").strip()
+PG_USER = "outbox"
+PG_PASSWORD = (
+    "outbox-local-dev"  # trust auth locally; distinct so log redaction does not mask "outbox"
+)
+PG_DB = "outbox"
+DEFAULT_DATABASE_URL = f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{PG_PORT}/{PG_DB}"
+
+
+def pg_bin() -> Path | None:
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: p.parent)
+    return candidates[-1].parent if candidates else None
+
+
+def as_postgres(cmd: Sequence[str]) -> list[str]:
+    # initdb refuses to run as root, so the cluster belongs to the postgres user.
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *cmd]
+    return list(cmd)
+
+
+def pg_install() -> Path:
+    found = pg_bin()
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise ServiceError(
+            "Postgres is not installed and this user cannot apt-get install it; "
+            "install Debian's postgresql package or set DATABASE_URL."
+        )
+    say("installing Debian's postgresql package (one time)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-q"], env=env)
+    run(["apt-get", "install", "-y", "-q", "postgresql"], env=env)
+    found = pg_bin()
+    if not found:
+        raise ServiceError("apt-get installed postgresql but no pg_ctl was found")
+    return found
+
+
+def pg_running(bindir: Path) -> bool:
+    if not (P.pg_data / "PG_VERSION").exists():
+        return False
+    return (
+        run(
+            as_postgres([str(bindir / "pg_ctl"), "-D", str(P.pg_data), "status"]), check=False
+        ).returncode
+        == 0
+    )
+
+
+def pg_up() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        pg_check(url)
+        say(f"postgres: using DATABASE_URL as given ({redact(url)})")
+        return url
+    bindir = pg_install()
+    if not (P.pg_data / "PG_VERSION").exists():
+        say(f"postgres: creating a cluster in {P.pg_data}")
+        shutil.rmtree(P.pg_data, ignore_errors=True)
+        P.pg_data.mkdir(parents=True, mode=0o700)
+        if os.geteuid() == 0:
+            shutil.chown(P.pg_data, "postgres", "postgres")
+        res = run(
+            as_postgres(
+                [
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(P.pg_data),
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "-E",
+                    "UTF8",
+                ]
+            ),
+            check=False,
+        )
+        if res.returncode != 0:
+            raise ServiceError(f"initdb failed:\n{res.stderr}")
+    if not pg_running(bindir):
+        if port_open(PG_PORT):
+            raise ServiceError(
+                f"port {PG_PORT} is taken by another process; set OUTBOX_PG_PORT or DATABASE_URL"
+            )
+        if os.geteuid() == 0:
+            P.pg_log.touch()
+            shutil.chown(P.pg_log, "postgres", "postgres")
+        # track_commit_timestamp lets tests compare id order with real commit order.
+        opts = (
+            f"-p {PG_PORT} -k {P.pg_data} -c listen_addresses=127.0.0.1"
+            " -c max_connections=300 -c track_commit_timestamp=on"
+        )
+        if PG_EXTRA_OPTIONS:
+            opts += f" {PG_EXTRA_OPTIONS}"
+        res = run(
+            as_postgres(
+                [
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(P.pg_data),
+                    "-l",
+                    str(P.pg_log),
+                    "-o",
+                    opts,
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ]
+            ),
+            check=False,
+        )
+        if res.returncode != 0:
+            tail = P.pg_log.read_text(errors="replace")[-2000:] if P.pg_log.exists() else ""
+            raise ServiceError(f"postgres did not start:\n{res.stdout}{res.stderr}\n{tail}")
+    psql = [
+        str(bindir / "psql"),
+        "-h",
+        str(P.pg_data),
+        "-p",
+        str(PG_PORT),
+        "-U",
+        "postgres",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-qAt",
+    ]
+    exists = run(
+        as_postgres([*psql, "-c", f"SELECT 1 FROM pg_roles WHERE rolname = '{PG_USER}'"])
+    ).stdout.strip()
+    if not exists:
+        run(
+            as_postgres(
+                [*psql, "-c", f"CREATE ROLE {PG_USER} LOGIN SUPERUSER PASSWORD '{PG_PASSWORD}'"]
+            )
+        )
+    exists = run(
+        as_postgres([*psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{PG_DB}'"])
+    ).stdout.strip()
+    if not exists:
+        run(as_postgres([*psql, "-c", f"CREATE DATABASE {PG_DB} OWNER {PG_USER}"]))
+    pg_check(DEFAULT_DATABASE_URL)
+    return DEFAULT_DATABASE_URL
+
+
+def pg_check(url: str) -> None:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=10) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        raise ServiceError(f"cannot connect to Postgres at {redact(url)}: {exc}") from exc
+
+
+def pg_down() -> None:
+    bindir = pg_bin()
+    if bindir and pg_running(bindir):
+        run(as_postgres([str(bindir / "pg_ctl"), "-D", str(P.pg_data), "-m", "fast", "-w", "stop"]))
+        say("postgres: stopped")
+    else:
+        say("postgres: not running")
+
+
+def redact(url: str) -> str:
+    # Never print a password, even the test one: the same code prints user DSNs.
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
