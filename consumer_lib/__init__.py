@@ -13,17 +13,14 @@
 Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`.
 """
 
-from consumer_lib.consumer import (
-    Consumer,
-    ConsumerApp,
-    ConsumerSettings,
-    ConsumerStats,
-    run_consumer,
-)
+from consumer_lib.app import ConsumerApp
+from consumer_lib.consumer import Consumer, run_consumer
 from consumer_lib.database import Database, PsycopgAsync, SqlAlchemyAsync, SqlAlchemySync
 from consumer_lib.errors import ConsumerConfigError, ConsumerError, PoisonRecord, TransientError
 from consumer_lib.event import ConsumedEvent
-from relay.kafka_security import KafkaSecurity
+from consumer_lib.observer import ConsumerStats
+from consumer_lib.settings import ConsumerSettings
+from outbox_core.kafka_security import KafkaSecurity
 
 __all__ = [
     "ConsumedEvent",

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from consumer_lib.consumer import ConsumerApp, run_consumer
+from consumer_lib.app import ConsumerApp
+from consumer_lib.consumer import run_consumer
 from consumer_lib.errors import ConsumerConfigError
 
 
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     run.add_argument("--log-json", action="store_true", help="one JSON object per log line")
     args = parser.parse_args(argv)
-    from relay import logs
+    from outbox_core import logs
 
     logs.configure(args.log_level, args.log_json)
     try:

@@ -9,11 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from producer_lib.queries import Dialect, query
+from consumer_lib.errors import is_transient
+from outbox_core.codec import codec_for
+from outbox_core.database_url import Dialect
+from outbox_core.executors import (
+    AsyncPsycopgExecutor,
+    AsyncSqlAlchemyExecutor,
+    SqlAlchemyExecutor,
+    Statement,
+    sqlalchemy_dialect,
+)
+
+__all__ = [
+    "Database",
+    "Handler",
+    "PsycopgAsync",
+    "SqlAlchemyAsync",
+    "SqlAlchemySync",
+    "is_transient",
+]
 
 # handler(event, session) -> None or awaitable
 Handler = Callable[[Any, Any], Any]
@@ -26,8 +43,9 @@ class Database(Protocol):
         """In one transaction: record (group, event_id), run the handler, commit.
 
         Returns False, without running the handler, when the pair was already recorded.
-        With event_id None the handler runs without dedup. Raises what the handler or the
-        driver raised, after rolling back.
+        With event_id None the handler runs without dedup. Raises what the handler raised,
+        or what the driver raised (the dedup statement's failures as outbox_core errors,
+        see is_transient), after rolling back.
         """
         ...
 
@@ -36,17 +54,15 @@ class Database(Protocol):
     async def close(self) -> None: ...
 
 
-def _dialect_of(sync_engine_or_conn: Any) -> Dialect:
-    name = sync_engine_or_conn.dialect.name
-    if name == "postgresql":
-        return "postgres"
-    if name == "sqlite":
-        return "sqlite"
-    raise ValueError(f"unsupported database {name}: use Postgres (psycopg) or SQLite")
+def _dedup(group: str, event_id: str) -> Statement:
+    """Returns a row the first time the group records the event, none for a duplicate."""
+    return Statement("processed_event_insert", {"consumer_group": group, "event_id": event_id})
 
 
-def _dedup_params(group: str, event_id: str) -> dict[str, Any]:
-    return {"consumer_group": group, "event_id": event_id}
+def _purge(dialect: Dialect, retention_s: float, limit: int) -> Statement:
+    """Deletes up to `limit` rows older than retention_s; one row back per row deleted."""
+    params = {"retention_s": codec_for(dialect).seconds(retention_s), "limit": limit}
+    return Statement("processed_event_purge", params)
 
 
 class SqlAlchemyAsync:
@@ -56,18 +72,14 @@ class SqlAlchemyAsync:
         from sqlalchemy.ext.asyncio import async_sessionmaker
 
         self.engine = engine
-        self.dialect = _dialect_of(engine.sync_engine)
+        self.dialect = sqlalchemy_dialect(engine.sync_engine)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
         async with self._sessions() as session, session.begin():
             if event_id is not None:
-                conn = await session.connection()
-                result = await conn.exec_driver_sql(
-                    query(self.dialect, "processed_event_insert"),
-                    _dedup_params(group, event_id),
-                )
-                if result.first() is None:
+                executor = AsyncSqlAlchemyExecutor(await session.connection())
+                if not await executor.run(_dedup(group, event_id)):
                     return False
             outcome = call(event, session)
             if isinstance(outcome, Awaitable):
@@ -76,11 +88,8 @@ class SqlAlchemyAsync:
 
     async def purge(self, retention_s: float, limit: int) -> int:
         async with self.engine.begin() as conn:
-            result = await conn.exec_driver_sql(
-                query(self.dialect, "processed_event_purge"),
-                {"retention_s": _seconds(self.dialect, retention_s), "limit": limit},
-            )
-            return int(result.rowcount)
+            executor = AsyncSqlAlchemyExecutor(conn)
+            return len(await executor.run(_purge(self.dialect, retention_s, limit)))
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -93,17 +102,14 @@ class SqlAlchemySync:
         from sqlalchemy.orm import sessionmaker
 
         self.engine = engine
-        self.dialect = _dialect_of(engine)
+        self.dialect = sqlalchemy_dialect(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     def _apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
         with self._sessions() as session, session.begin():
             if event_id is not None:
-                result = session.connection().exec_driver_sql(
-                    query(self.dialect, "processed_event_insert"),
-                    _dedup_params(group, event_id),
-                )
-                if result.first() is None:
+                executor = SqlAlchemyExecutor(session.connection())
+                if not executor.run(_dedup(group, event_id)):
                     return False
             call(event, session)
         return True
@@ -113,11 +119,7 @@ class SqlAlchemySync:
 
     def _purge(self, retention_s: float, limit: int) -> int:
         with self.engine.begin() as conn:
-            result = conn.exec_driver_sql(
-                query(self.dialect, "processed_event_purge"),
-                {"retention_s": _seconds(self.dialect, retention_s), "limit": limit},
-            )
-            return int(result.rowcount)
+            return len(SqlAlchemyExecutor(conn).run(_purge(self.dialect, retention_s, limit)))
 
     async def purge(self, retention_s: float, limit: int) -> int:
         return await asyncio.to_thread(self._purge, retention_s, limit)
@@ -136,7 +138,7 @@ class PsycopgAsync:
     ) -> None:
         """pool_timeout_s: how long a transaction waits for a connection (the server away)
         before it fails as a transient error, and the record is retried."""
-        from relay.pg_pool import reconnecting_pool
+        from outbox_core.pg_pool import reconnecting_pool
 
         # No check on checkout: it costs a round trip per event (0.24 ms of 1.55 here, see
         # docs/benchmarks.md). A connection that broke fails its transaction as a transient
@@ -156,11 +158,8 @@ class PsycopgAsync:
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 if event_id is not None:
-                    cur = await conn.execute(
-                        query("postgres", "processed_event_insert"),
-                        _dedup_params(group, event_id),
-                    )
-                    if await cur.fetchone() is None:
+                    executor = AsyncPsycopgExecutor(conn)
+                    if not await executor.run(_dedup(group, event_id)):
                         return False
                 outcome = call(event, conn)
                 if isinstance(outcome, Awaitable):
@@ -181,56 +180,8 @@ class PsycopgAsync:
     async def purge(self, retention_s: float, limit: int) -> int:
         await self._ready()
         async with self._pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                query("postgres", "processed_event_purge"),
-                {"retention_s": retention_s, "limit": limit},
-            )
-            return int(cur.rowcount)
+            executor = AsyncPsycopgExecutor(conn)
+            return len(await executor.run(_purge(self.dialect, retention_s, limit)))
 
     async def close(self) -> None:
         await self._pool.close()  # a no-op on a pool never opened
-
-
-def _seconds(dialect: Dialect, value: float) -> Any:
-    # SQLite builds its time modifier from text.
-    return f"{value:.3f}" if dialect == "sqlite" else value
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A database or network failure that a later retry may get past (not the record's fault)."""
-    from consumer_lib.errors import TransientError
-
-    if isinstance(exc, TransientError | ConnectionError | TimeoutError):
-        return True
-    try:
-        import psycopg
-        import psycopg_pool
-    except ImportError:  # pragma: no cover
-        psycopg = None  # type: ignore[assignment]
-    if psycopg is not None:
-        if isinstance(
-            exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg_pool.PoolTimeout
-        ):
-            return True
-        if isinstance(exc, psycopg.Error):
-            state = exc.sqlstate or ""
-            return state.startswith("08") or state in (
-                "40001",
-                "40P01",
-                "57P01",
-                "57P02",
-                "57P03",
-                "53300",
-            )
-    from sqlalchemy import exc as sa_exc
-
-    if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        return exc.orig is not None and is_transient(exc.orig)
-    if isinstance(exc, sa_exc.TimeoutError):
-        return True
-    if isinstance(exc, sqlite3.OperationalError):
-        text = str(exc)
-        return "locked" in text or "busy" in text
-    return False

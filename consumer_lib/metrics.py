@@ -1,6 +1,6 @@
 """The consumer's Prometheus metrics, on a registry of its own (one per Consumer).
 
-Served with /healthz and /readyz when ConsumerSettings.http_port is set (relay.http's
+Served with /healthz and /readyz when ConsumerSettings.http_port is set (outbox_core.ops_http's
 OpsServer). Lag is refreshed periodically from the client's state: a scrape never
 talks to Kafka or the database.
 """

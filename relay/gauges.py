@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from outbox_core.periodic import every
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
 from relay.errors import StoreUnavailable
@@ -49,9 +50,13 @@ class Gauges:
         return backlog
 
     async def run(self) -> None:
-        while not self._sup.stopping.is_set():
-            try:
-                await self.run_once()
-            except StoreUnavailable as exc:
-                log.debug("gauge refresh failed", extra={"error": str(exc)})
-            await self._sup.sleep(self.settings.interval_s)
+        def failed(exc: Exception) -> None:
+            log.debug("gauge refresh failed", extra={"error": str(exc)})
+
+        await every(
+            self._sup,
+            self.settings.interval_s,
+            self.run_once,
+            failed=failed,
+            errors=(StoreUnavailable,),
+        )

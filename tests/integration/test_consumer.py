@@ -32,8 +32,8 @@ from consumer_lib import (
 )
 from consumer_lib.consumer import MissingIdPolicy
 from consumer_lib.database import is_transient
+from outbox_core.kafka_security import KafkaSecurity
 from producer_lib import Event, Outbox
-from relay.kafka_security import KafkaSecurity
 from tests.conftest import TopicFactory
 from tests.support.consumers import (
     ADAPTERS,
@@ -452,6 +452,32 @@ async def test_psycopg_async_started_while_the_database_is_away_connects_once_it
 
 async def nothing(event: object, conn: object) -> None:
     return None
+
+
+async def test_each_adapter_dedups_and_purges_only_rows_older_than_retention_counting_them(
+    case: tuple[str, Backend],
+) -> None:
+    """apply records (group, event_id) once; purge deletes up to `limit` rows past the
+    retention per call and returns how many it deleted, so the consumer knows to go on."""
+    adapter, backend = case
+    db = make_database(adapter, backend)
+    group = new_group()
+
+    def still(event: object, session: object) -> None:
+        return None
+
+    try:
+        old = [str(uuid.uuid4()) for _ in range(5)]
+        for event_id in old:
+            assert await db.apply(group, event_id, still, None)
+        assert not await db.apply(group, old[0], still, None)  # a duplicate
+        await asyncio.sleep(1.5)
+        recent = str(uuid.uuid4())
+        assert await db.apply(group, recent, still, None)
+        assert [await db.purge(1.0, 2) for _ in range(4)] == [2, 2, 1, 0]
+        assert processed_ids(backend, group) == {recent}
+    finally:
+        await db.close()
 
 
 def poison_records(topic_events: list[Outgoing]) -> list[Outgoing]:

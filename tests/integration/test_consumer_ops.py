@@ -22,7 +22,7 @@ from consumer_lib import (
     ConsumerSettings,
     PsycopgAsync,
 )
-from relay.kafka_security import KafkaSecurity
+from outbox_core.kafka_security import KafkaSecurity
 from tests.conftest import TopicFactory
 from tests.support.consumers import (
     Outgoing,

@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext, SpanKind
 
 from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, PsycopgAsync
+from outbox_core.kafka_security import KafkaSecurity
 from producer_lib import Outbox
-from relay.kafka_security import KafkaSecurity
 from tests.conftest import TopicFactory
 from tests.support.consumers import running_consumer, until
 from tests.support.db import postgres_backend

@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaConsumer
 
 import consumer_lib.consumer as consumer_module
 from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings
-from relay.kafka_security import KafkaSecurity
+from outbox_core.kafka_security import KafkaSecurity
 from tests.support.consumers import backend_from, effect_handler, make_database
 
 CRASH_POINTS = ("in_handler", "before_offset_commit", "after_offset_commit")

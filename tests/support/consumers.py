@@ -35,7 +35,7 @@ from consumer_lib import (
     SqlAlchemySync,
 )
 from consumer_lib.database import Handler
-from producer_lib.queries import Dialect, parse_blocks
+from outbox_core.queries import Dialect, parse_blocks
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import create_topics, delete_topics, unique_topic_name
 from tests.support.processes import ChildProcess

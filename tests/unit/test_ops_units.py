@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from consumer_lib import ConsumerConfigError, ConsumerSettings
+from outbox_core.kafka_security import KafkaSecurity
 from relay.batch import failure_reason
 from relay.errors import PublishFailed
-from relay.kafka_security import KafkaSecurity
 
 
 @pytest.mark.parametrize(
