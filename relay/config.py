@@ -1,7 +1,7 @@
 """Relay settings: environment variables OUTBOX_<NAME>, or the same names as CLI flags.
 
-The settings are grouped (database, kafka, kafka_security, topics, batch, poll, leases,
-purge, gauges, notify, http, log); each part of the relay receives only its group. Names
+The settings are grouped (database, kafka, kafka_security, topics, batch, poll, probe,
+leases, purge, gauges, notify, http, log); each part of the relay receives only its group. Names
 stay flat for users: OUTBOX_KAFKA_SECURITY_PROTOCOL, --lease-ttl-s (outbox_core.settings).
 Every field is documented in its group; `outbox-relay run --help` prints the same text.
 """
@@ -34,6 +34,7 @@ from relay.notify import NotifySettings
 from relay.purge import PurgeSettings
 from relay.shard_worker import PollSettings
 from relay.sql_store import DatabaseSettings
+from relay.wakeup import ProbeSettings
 
 ENV_PREFIX = "OUTBOX_"
 
@@ -79,6 +80,7 @@ class RelaySettings(BaseSettings):
     )
     batch: BatchSettings = Field(default_factory=BatchSettings)
     poll: PollSettings = Field(default_factory=PollSettings)
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     purge: PurgeSettings = Field(default_factory=PurgeSettings)
     shutdown_grace_s: float = Field(

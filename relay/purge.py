@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from outbox_core.periodic import every
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
 from relay.errors import StoreUnavailable
@@ -17,9 +18,10 @@ log = logging.getLogger("relay.purge")
 
 
 class PurgeSettings(SettingsGroup):
-    retention: Literal["delete", "keep"] = Field(
-        default="delete",
-        description="delete published rows at once, or keep them for retention_period_s.",
+    retention: Literal["keep", "delete"] = Field(
+        default="keep",
+        description="keep published rows, marked published, for retention_period_s (replay "
+        "and audit need them), or delete them at once (a little faster).",
     )
     retention_period_s: float = Field(
         default=7 * 24 * 3600.0, ge=0, description="How long kept rows stay (retention=keep)."
@@ -61,9 +63,13 @@ class Purger:
         return total
 
     async def run(self) -> None:
-        while not self._sup.stopping.is_set():
-            try:
-                await self.run_once()
-            except StoreUnavailable as exc:
-                log.warning("purge failed", extra={"error": str(exc)})
-            await self._sup.sleep(self.settings.purge_interval_s)
+        def failed(exc: Exception) -> None:
+            log.warning("purge failed", extra={"error": str(exc)})
+
+        await every(
+            self._sup,
+            self.settings.purge_interval_s,
+            self.run_once,
+            failed=failed,
+            errors=(StoreUnavailable,),
+        )

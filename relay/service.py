@@ -3,6 +3,7 @@
 Loops (each in its own module, with its settings and a run_once):
 - `leases` (leases.py): heartbeat, renew, rebalance; starts and stops shard workers.
 - `shard-N` (shard_worker.py): one per held shard, calling publish_batch (batch.py).
+- `probe` (wakeup.py): one statement every few milliseconds wakes the shards with rows.
 - `purge` (purge.py): retention of published rows and old idempotency keys.
 - `gauges` (gauges.py): the backlog gauges, so a scrape never queries the database.
 - `notify` (notify.py): optional LISTEN connection on Postgres for wake-up hints.
@@ -35,6 +36,7 @@ from relay.purge import Purger
 from relay.shard_worker import ShardWorkers
 from relay.sql_store import make_store
 from relay.store import Store
+from relay.wakeup import Prober
 
 log = logging.getLogger("relay")
 
@@ -76,6 +78,7 @@ class RelayService:
             observer=self.observer,
             supervisor=sup,
         )
+        self.prober = Prober(s.probe, store=store, workers=self.workers, supervisor=sup)
         self.purger = Purger(s.purge, store=store, supervisor=sup)
         self.gauges = Gauges(
             s.gauges, shard_count=s.shard_count, store=store, observer=self.observer, supervisor=sup
@@ -126,6 +129,7 @@ class RelayService:
                 },
             )
             sup.spawn("leases", self.leases.run)
+            sup.spawn("probe", self.prober.run)
             sup.spawn("purge", self.purger.run)
             if s.notify.listen_notify and self.store.dialect == "postgres":
                 url = s.database.url.url

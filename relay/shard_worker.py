@@ -1,8 +1,8 @@
 """The shard workers: one task per held shard, each calling publish_batch in a loop.
 
-A worker claims again at once while batches come back full, waits poll_interval_s after
-a partial batch and doubles its wait up to idle_interval_s while the shard is empty; a
-NOTIFY hint (wake) cuts the wait short. `run_once` is one step of one shard.
+A worker claims again at once while batches come back full; otherwise it waits to be
+woken (by the probe in wakeup.py, or a NOTIFY hint), or idle_interval_s at the longest.
+`run_once` is one step of one shard.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,10 +31,15 @@ class PollSettings(SettingsGroup):
     poll_interval_s: float = Field(
         default=0.05,
         gt=0,
-        description="First wait after an empty batch; doubles up to idle_interval_s.",
+        description="After a wake-up that found nothing to claim (rows held back behind a "
+        "failing row of their key), how long the shard is not woken again; doubles up to "
+        "idle_interval_s.",
     )
     idle_interval_s: float = Field(
-        default=1.0, gt=0, description="Longest wait between polls of an idle shard."
+        default=1.0,
+        gt=0,
+        description="Longest wait between claims of a shard nobody woke (rows whose "
+        "backoff or delay ran out are found by it).",
     )
 
     @model_validator(mode="after")
@@ -52,6 +58,9 @@ class _Worker:
     task: asyncio.Task[None]
     stop: asyncio.Event
     wake: asyncio.Event
+    waiting: bool = False  # between claims, waiting to be woken
+    claims: int = 0  # claims begun: a probe asked before the latest one is stale
+    quiet_until: float = 0.0  # monotonic time before which probes do not wake it
 
 
 class ShardWorkers:
@@ -104,6 +113,26 @@ class ShardWorkers:
             with contextlib.suppress(RelayError):
                 await self._store.lease_release(shard, self.rules.owner, worker.token)
             log.info("lease released for rebalance", extra={"shard": shard})
+
+    def waiting(self) -> dict[int, int]:
+        """Shards whose workers wait to be woken and may be probed: shard -> claims begun."""
+        now = time.monotonic()
+        return {
+            shard: w.claims
+            for shard, w in self._workers.items()
+            if w.waiting and w.quiet_until <= now
+        }
+
+    def wake_ready(self, ready: set[int], asked: dict[int, int]) -> set[int]:
+        """Wake the workers of ready shards that have not claimed since the probe was asked
+        (a claim begun since then saw those rows already)."""
+        woken = set()
+        for shard in ready:
+            worker = self._workers.get(shard)
+            if worker is not None and worker.waiting and worker.claims == asked.get(shard):
+                worker.wake.set()
+                woken.add(shard)
+        return woken
 
     def wake(self, shard: int | None) -> None:
         """A hint that rows are waiting on shard (None: on any)."""
@@ -163,8 +192,13 @@ class ShardWorkers:
 
     async def _loop(self, shard: int, token: int, stop: asyncio.Event, wake: asyncio.Event) -> None:
         poll = self.poll
-        delay = poll.poll_interval_s
+        quiet = poll.poll_interval_s
+        worker = self._workers[shard]
         while not (self._sup.stopping.is_set() or stop.is_set()):
+            woken = wake.is_set()
+            wake.clear()
+            worker.waiting = False
+            worker.claims += 1
             try:
                 outcome = await self._sup.retry(
                     f"shard {shard} batch", lambda: self._attempt(shard, token), retriable
@@ -172,8 +206,7 @@ class ShardWorkers:
             except LeaseLost:
                 self._observer.lease_lost()
                 log.warning("fenced write refused: lease lost", extra={"shard": shard})
-                worker = self._workers.get(shard)
-                if worker is not None and worker.token == token:
+                if self._workers.get(shard) is worker:
                     del self._workers[shard]
                 return
             except (KafkaUnavailable, StoreUnavailable, PublishFailed):
@@ -183,10 +216,13 @@ class ShardWorkers:
                 await self._sup.sleep(1.0, stop)
                 continue
             if outcome.full:
-                delay = poll.poll_interval_s
                 continue
-            delay = (
-                poll.poll_interval_s if outcome.claimed else min(delay * 2, poll.idle_interval_s)
-            )
-            wake.clear()
-            await self._sup.sleep(delay, stop, wake)
+            if outcome.claimed:
+                quiet = poll.poll_interval_s
+            elif woken:
+                # Woken for rows it could not claim: they wait behind a failing row of
+                # their key. Not woken again for a while, so it does not spin on them.
+                worker.quiet_until = time.monotonic() + quiet
+                quiet = min(quiet * 2, poll.idle_interval_s)
+            worker.waiting = True
+            await self._sup.sleep(poll.idle_interval_s, stop, wake)

@@ -176,6 +176,14 @@ class SqlStore:
     async def max_pending_shard(self) -> int:
         return int((await self._run(Statement("outbox_shard_max")))[0][0])
 
+    async def probe_ready(self, shards: Sequence[int]) -> set[int]:
+        if not shards:
+            return set()
+        rows = await self._run(
+            Statement("outbox_probe_ready", {"shards": self._codec.array(shards)}), control=True
+        )
+        return {int(r[0]) for r in rows}
+
     async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]:
         name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
         rows = await self._run(Statement(name, {"shard": shard, "limit": limit}))

@@ -89,6 +89,10 @@ class Store(Protocol):
 
     async def max_pending_shard(self) -> int: ...
 
+    async def probe_ready(self, shards: Sequence[int]) -> set[int]:
+        """Which of these shards have a row to claim now (one cheap statement for all)."""
+        ...
+
     async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]: ...
 
     async def settle(

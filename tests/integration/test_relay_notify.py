@@ -52,6 +52,7 @@ async def test_notify_wakes_idle_shards_and_listener_reconnects(
         listen_notify=True,
         idle_interval_s=IDLE_S,
         poll_interval_s=IDLE_S / 4,
+        probe_interval_s=IDLE_S,  # the probe would wake it first: out of the way here
     )
     async with running_relay(settings) as relay:
         await _listeners(backend, 1)
@@ -75,6 +76,7 @@ async def test_without_the_hint_an_idle_relay_waits(
         listen_notify=True,
         idle_interval_s=IDLE_S,
         poll_interval_s=IDLE_S / 4,
+        probe_interval_s=IDLE_S,  # the probe would wake it first: out of the way here
     )
     async with running_relay(settings):
         await _listeners(backend, 1)

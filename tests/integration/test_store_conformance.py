@@ -110,6 +110,25 @@ async def test_claim_waits_for_available_at(backend: Backend, store: Store) -> N
         assert ids_of(await store.claim(SHARD, 10, policy)) == ids
 
 
+async def test_probe_names_the_shards_with_a_row_ready_now(backend: Backend, store: Store) -> None:
+    """The wake-up probe: shards with a pending, available row; not delayed, parked or
+    published rows, nor shards it was not asked about."""
+    (a,) = keys_on_shard(SHARD, 1)
+    (x,) = keys_on_shard(OTHER, 1)
+    (d,) = keys_on_shard(SHARD + 1, 1)
+    assert await store.probe_ready([SHARD, OTHER, SHARD + 1]) == set()
+    assert await store.probe_ready([]) == set()
+    emit(backend, event(a), event(x), event(d, deliver_after=dt.timedelta(seconds=TTL)))
+    assert await store.probe_ready([SHARD, OTHER, SHARD + 1]) == {SHARD, OTHER}
+    assert await store.probe_ready([OTHER]) == {OTHER}
+    token = await lease(store)
+    (row,) = await store.claim(SHARD, 10, "block_key")
+    await store.settle(SHARD, OWNER, token, [], [Failure(row.id, "boom", 0.0, True)], False)
+    assert await store.probe_ready([SHARD, OTHER]) == {OTHER}  # parked: nothing to claim
+    await asyncio.sleep(PAST_TTL)
+    assert await store.probe_ready([SHARD, OTHER, SHARD + 1]) == {OTHER, SHARD + 1}
+
+
 async def test_block_key_holds_a_key_behind_its_failed_or_parked_row(
     backend: Backend, store: Store
 ) -> None:

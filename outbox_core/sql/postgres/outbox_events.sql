@@ -51,6 +51,17 @@ ORDER BY e.ord;
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
+-- name: outbox_probe_ready
+-- Which of the given shards have a row to claim now: one short walk of the partial index
+-- of unpublished rows per shard, stopping at the first ready row. The relay runs it every
+-- few milliseconds for all the shards it holds, instead of each shard polling.
+SELECT s FROM unnest(%(shards)s::smallint[]) AS s
+WHERE EXISTS (
+    SELECT 1 FROM outbox_events e
+    WHERE e.shard = s AND e.published_at IS NULL
+      AND e.status = 'pending' AND e.available_at <= now()
+);
+
 -- name: outbox_claim_batch
 -- The next rows of one shard in id order (status-based: never an id cursor, which
 -- would skip rows whose transactions commit out of id order). block_key policy: a row

@@ -10,6 +10,15 @@ VALUES (:event_id, :topic, :key, :shard, :event_type, :payload, :headers,
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
+-- name: outbox_probe_ready
+-- See the Postgres twin; shards is a JSON array.
+SELECT s.value FROM json_each(:shards) AS s
+WHERE EXISTS (
+    SELECT 1 FROM outbox_events e
+    WHERE e.shard = s.value AND e.published_at IS NULL
+      AND e.status = 'pending' AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+);
+
 -- name: outbox_claim_batch
 -- See the Postgres twin for the rules (status-based, block_key policy, no decoding).
 SELECT e.id, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
