@@ -154,7 +154,7 @@ async def watch_drain(
 
 
 async def outbox_emptied(url: str) -> float:
-    """When the last row is settled: the relay acks a row before it deletes it."""
+    """When the last row is settled: the relay acks a row before it marks or deletes it."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         for _ in range(60_000):
             row = await (await conn.execute(Q["outbox_any_left"])).fetchone()

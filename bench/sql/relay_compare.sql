@@ -39,8 +39,9 @@ VACUUM ANALYZE outbox_events;
 CHECKPOINT;
 
 -- name: outbox_any_left
--- The outbox is empty once every row is settled (deleted) by the relay.
-SELECT EXISTS (SELECT 1 FROM outbox_events);
+-- The outbox is drained once every row is settled by the relay: deleted, or marked
+-- published (retention=keep).
+SELECT EXISTS (SELECT 1 FROM outbox_events WHERE published_at IS NULL);
 
 -- name: outbox_count_all
 SELECT count(*) FROM outbox_events;
