@@ -15,13 +15,14 @@ import re
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 from pydantic import Field
 
 from outbox_core.settings import SettingsGroup
 from relay.errors import KafkaUnavailable, PublishFailed
-from relay.publisher import OutgoingRecord, Publisher, classify
+from relay.kafka_errors import classify
+from relay.publisher import HELD, OutgoingRecord, Publisher
 from relay.store import ClaimedRow, Failure, Store
 
 log = logging.getLogger("relay.batch")
@@ -83,7 +84,7 @@ class BatchOutcome:
     held_back: int = 0  # rows not sent because an earlier row of their key failed
     fatal_producer_error: bool = False
     full: bool = False  # as many rows as asked for: more are probably waiting
-    latencies_s: list[float] = field(default_factory=list, repr=False)
+    latency_s: float | None = None  # commit to ack of the oldest row published
     published_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
     failures_by_reason: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -95,14 +96,19 @@ def _headers(headers_json: str) -> tuple[tuple[str, bytes], ...]:
     return tuple((str(k), str(v).encode()) for k, v in parsed.items())
 
 
-def to_record(row: ClaimedRow, topics: TopicSettings) -> OutgoingRecord:
+@functools.lru_cache(maxsize=1024)
+def _type_header(event_type: str) -> tuple[str, bytes]:
+    return ("event_type", event_type.encode())
+
+
+def to_record(row: ClaimedRow, topic: str) -> OutgoingRecord:
     return OutgoingRecord(
-        topic=topics.kafka_topic(row.topic),
-        key=row.key.encode(),
-        value=row.payload,
-        headers=[
+        topic,
+        row.key.encode(),
+        row.payload,
+        [
             ("event_id", row.event_id.encode()),
-            ("event_type", row.event_type.encode()),
+            _type_header(row.event_type),
             *_headers(row.headers_json),
         ],
     )
@@ -148,11 +154,12 @@ async def publish_batch(
     errors: dict[int, PublishFailed] = {}
     held_back = 0
     outgoing: list[tuple[ClaimedRow, OutgoingRecord]] = []
+    topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
     for row in rows:
         if block and row.key in failed_keys:
             held_back += 1  # stays pending; the next claim waits behind its failed row
             continue
-        record = to_record(row, rules.topics)
+        record = to_record(row, topic_of[row.topic])
         # An upper bound first (a character is at most 4 UTF-8 bytes; header names and
         # values never exceed their JSON text; event_id and event_type add 54 bytes plus
         # the type): only rows near the limit pay for the exact size.
@@ -176,6 +183,9 @@ async def publish_batch(
     acks: list[tuple[ClaimedRow, Awaitable[None]]] = []
     fatal = False
     for (row, _), item in zip(outgoing, handed, strict=True):
+        if item is HELD:
+            held_back += 1  # waits for its key's earlier rows to be acked: next claim
+            continue
         if isinstance(item, PublishFailed):
             fatal = fatal or item.fatal
             if block and row.key in failed_keys:
@@ -184,11 +194,12 @@ async def publish_batch(
             errors[row.id] = item
             failed_keys.add(row.key)
         else:
-            acks.append((row, item))
+            acks.append((row, cast(Awaitable[None], item)))
     results = await asyncio.gather(*(ack for _, ack in acks), return_exceptions=True)
     published: list[int] = []
-    now = time.time()
-    latencies: list[float] = []
+    oldest = float("inf")
+    # A key's rows of one claim share one ack (one record batch): they are published or
+    # failed together, so none is acked after an earlier one of its key failed.
     for (row, _), result in zip(acks, results, strict=True):
         if isinstance(result, BaseException):
             if isinstance(result, asyncio.CancelledError):
@@ -198,15 +209,8 @@ async def publish_batch(
             fatal = fatal or err.fatal
             failed_keys.add(row.key)
         else:
-            if block and row.key in failed_keys:
-                # Already in flight when an earlier row of its key failed: Kafka has it,
-                # so it is marked; the order of this key is at risk and we say so.
-                log.warning(
-                    "row published after an earlier row of its key failed in flight",
-                    extra={"shard": shard, "row_id": row.id, "key": row.key},
-                )
             published.append(row.id)
-            latencies.append(now - row.created_at)
+            oldest = min(oldest, row.created_at)
     # A broken producer is not the rows' fault: they stay pending, uncharged. When nothing
     # got through and every failure is the transport's, Kafka as a whole is away: nothing
     # is charged and the shard backs off. A topic-level error (unknown topic) is charged to
@@ -236,7 +240,7 @@ async def publish_batch(
         held_back=held_back,
         fatal_producer_error=fatal,
         full=len(rows) >= settings.batch_size,
-        latencies_s=latencies,
+        latency_s=time.time() - oldest if published else None,
         published_by_topic=by_topic,
         failures_by_reason=reasons,
     )

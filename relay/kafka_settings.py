@@ -32,13 +32,13 @@ class KafkaSettings(SettingsGroup):
         ge=1024,
         description="Largest record batch sent in bytes; larger events are parked at once.",
     )
-    max_batch_bytes: int = Field(
-        default=16_384,
+    max_batch_bytes: int | None = Field(
+        default=None,
         ge=1024,
         le=16 * 1024 * 1024,
-        description="Record batch size per partition (Kafka's batch.size). Larger sends more per "
-        "round trip, but keep it below every topic's max.message.bytes: the broker refuses a "
-        "batch as a whole.",
+        description="Largest record batch per partition. Default: each topic's "
+        "max.message.bytes, read from the broker (the broker refuses a larger batch as a "
+        "whole), or 16 KiB where it cannot be read.",
     )
     linger_ms: int = Field(
         default=5, ge=0, le=1000, description="Producer linger before a batch is sent (ms)."

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import PublishFailed
-from relay.publisher import OutgoingRecord
+from relay.publisher import Handed, OutgoingRecord
 
 FailureRule = Callable[[OutgoingRecord], PublishFailed | None]
 
@@ -16,9 +16,11 @@ FailureRule = Callable[[OutgoingRecord], PublishFailed | None]
 class MemoryPublisher:
     """In-memory test double: keeps what was acked, in ack order.
 
-    `refuse` refuses a record at hand-over (like a batch the producer rejects up front;
-    later records of its key are refused with it); `fail` fails the ack (like a broker
-    error). Both return None to let a record through.
+    As with Kafka, a key's records of one call travel together (one record batch): they
+    share one ack, failed for all of them when `fail` fails any. `refuse` refuses a record
+    at hand-over (like a batch the producer rejects up front; later records of its key are
+    refused with it); `fail` fails the ack (like a broker error). Both return None to let a
+    record through.
     """
 
     sent: list[OutgoingRecord] = field(default_factory=list)
@@ -37,25 +39,30 @@ class MemoryPublisher:
         self.recreated += 1
         self.started = True
 
-    async def enqueue_batch(
-        self, records: Sequence[OutgoingRecord]
-    ) -> list[Awaitable[None] | PublishFailed]:
-        results: list[Awaitable[None] | PublishFailed] = []
+    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
         refused_keys: dict[tuple[str, bytes], PublishFailed] = {}
+        batches: dict[tuple[str, bytes], list[OutgoingRecord]] = {}
+        errors: dict[tuple[str, bytes], PublishFailed | None] = {}
+        handed: list[PublishFailed | tuple[str, bytes]] = []
         for record in records:
-            refused = refused_keys.get((record.topic, record.key))
+            key = (record.topic, record.key)
+            refused = refused_keys.get(key)
             if refused is None and self.refuse:
                 refused = self.refuse(record)
             if refused is not None:
                 # As KafkaPublisher: later records of a refused key are not handed over.
-                refused_keys[(record.topic, record.key)] = refused
-                results.append(refused)
-            else:
-                results.append(self._ack(record, self.fail(record) if self.fail else None))
-        return results
+                refused_keys[key] = refused
+                handed.append(refused)
+                continue
+            batches.setdefault(key, []).append(record)
+            if errors.get(key) is None:
+                errors[key] = self.fail(record) if self.fail else None
+            handed.append(key)
+        acks = {key: asyncio.ensure_future(self._ack(b, errors[key])) for key, b in batches.items()}
+        return [item if isinstance(item, PublishFailed) else acks[item] for item in handed]
 
-    async def _ack(self, record: OutgoingRecord, error: PublishFailed | None) -> None:
+    async def _ack(self, batch: list[OutgoingRecord], error: PublishFailed | None) -> None:
         await asyncio.sleep(0)
         if error is not None:
             raise error
-        self.sent.append(record)
+        self.sent.extend(batch)

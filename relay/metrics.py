@@ -40,7 +40,8 @@ class RelayMetrics:
         )
         self.latency = Histogram(
             "outbox_relay_commit_to_ack_seconds",
-            "Time from the row's creation (its transaction) to the Kafka ack.",
+            "Per batch, from the creation (its transaction) of the oldest row published to "
+            "Kafka's ack.",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )

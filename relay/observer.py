@@ -47,8 +47,8 @@ class RelayObserver:
             m.failures.labels(reason=reason).inc(count)
         if outcome.parked:
             m.parked.inc(outcome.parked)
-        for latency in outcome.latencies_s:
-            m.latency.observe(latency)
+        if outcome.latency_s is not None:
+            m.latency.observe(outcome.latency_s)  # once per batch, not per event
 
     def kafka_started(self) -> None:
         self.stats.kafka_ok = True

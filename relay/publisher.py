@@ -2,9 +2,15 @@
 double is memory_publisher.MemoryPublisher).
 
 A send is two steps, as in Kafka clients: `enqueue_batch` hands records to the producer
-and returns, per record, an awaitable for its ack, or at once a PublishFailed when the
-record cannot be handed over (its topic unknown to the cluster). The relay enqueues a
-whole claim batch, then gathers the acks.
+and returns, per record, an awaitable for its ack; or at once a PublishFailed when the
+record cannot be handed over (its topic unknown to the cluster, or too large for it); or
+HELD when it must wait for a later call. The relay enqueues a whole claim, then gathers
+the acks.
+
+Per-key order: the records of one key in one call travel in one record batch, which Kafka
+accepts or refuses as a whole, so a later record of a key can never be acked after an
+earlier one failed. A key whose records would span two record batches keeps the later
+ones HELD: they go out with the next claim, after the earlier ones were acked.
 """
 
 from __future__ import annotations
@@ -12,31 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from aiokafka import AIOKafkaProducer
-from aiokafka import errors as kafka_errors
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from outbox_core.kafka_security import KafkaSecurity
 from relay.errors import PublishFailed
+from relay.kafka_errors import SIZE_ERRORS, classify
 from relay.kafka_settings import KafkaSettings
-
-# The producer instance is unusable after these; a new one (new producer id) is needed.
-_FATAL = (
-    kafka_errors.ProducerClosed,
-    kafka_errors.OutOfOrderSequenceNumber,
-    kafka_errors.ProducerFenced,
-    kafka_errors.IllegalStateError,
-)
-
-# aiokafka marks a batch that expired while the broker was away (KafkaTimeoutError) as
-# not retriable; for the relay it is the broker being unreachable, which is.
-_TRANSPORT = (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError)
-# Retriable, but about one topic: charged to its rows (with backoff, then parked) so that a
-# missing topic cannot hold a whole shard back.
-_TOPIC_LEVEL = (kafka_errors.UnknownTopicOrPartitionError, kafka_errors.NotEnoughReplicasError)
+from relay.topic_limits import TopicLimits
 
 
 class OutgoingRecord(NamedTuple):
@@ -53,6 +47,24 @@ class OutgoingRecord(NamedTuple):
         return size
 
 
+class HeldBack:
+    """A record not handed over in this call (see the module's note on per-key order).
+    It is no failure: its row stays pending, uncharged, for the next claim."""
+
+    def __repr__(self) -> str:
+        return "HELD"
+
+
+HELD = HeldBack()
+Handed = Awaitable[None] | PublishFailed | HeldBack
+
+# Bytes a record adds to a batch beyond its key, value and headers (length varints,
+# attributes, deltas), and a record batch's own header: a record larger than a topic's
+# batch size minus these could never be accepted by the broker.
+RECORD_OVERHEAD = 64
+BATCH_HEADER = 61
+
+
 class Publisher(Protocol):
     async def start(self) -> None: ...
 
@@ -62,31 +74,11 @@ class Publisher(Protocol):
         """Replace a producer broken by a fatal error (not the process)."""
         ...
 
-    async def enqueue_batch(
-        self, records: Sequence[OutgoingRecord]
-    ) -> list[Awaitable[None] | PublishFailed]:
-        """Per record, its ack or a PublishFailed. A refused record's later records of the
-        same key (same topic and partition) are refused too, never handed over behind it."""
+    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
+        """Per record: its ack, a PublishFailed, or HELD. Nothing later of a refused
+        record's key is handed over behind it, and a key's records of one call are acked
+        or failed together."""
         ...
-
-
-def classify(exc: BaseException) -> PublishFailed:
-    """Kafka client errors -> PublishFailed with aiokafka's own `retriable` verdict."""
-    if isinstance(exc, PublishFailed):
-        return exc
-    name = type(exc).__name__
-    text = f"{name}: {exc}".strip().rstrip(":")
-    if isinstance(exc, _FATAL):
-        return PublishFailed(text, retriable=True, fatal=True)
-    if isinstance(exc, _TRANSPORT):
-        return PublishFailed(text, retriable=True)
-    if isinstance(exc, _TOPIC_LEVEL):
-        return PublishFailed(text, retriable=True, transport=False)
-    if isinstance(exc, kafka_errors.KafkaError):
-        return PublishFailed(text, retriable=bool(getattr(exc, "retriable", False)))
-    if isinstance(exc, asyncio.TimeoutError | OSError):
-        return PublishFailed(text, retriable=True)
-    return PublishFailed(text, retriable=False)
 
 
 class KafkaPublisher:
@@ -94,6 +86,7 @@ class KafkaPublisher:
         self._settings = settings
         self._security = security
         self._producer: AIOKafkaProducer | None = None
+        self._limits = TopicLimits(self._make_admin, settings.max_request_size)
 
     def _make(self) -> AIOKafkaProducer:
         s = self._settings
@@ -107,12 +100,15 @@ class KafkaPublisher:
             request_timeout_ms=s.request_timeout_ms,
             compression_type=None if s.compression_type == "none" else s.compression_type,
             **self._security.client_options(),
-            # Kafka's default batch.size. The broker judges a record batch as a whole
-            # against the topic's max.message.bytes and aiokafka never splits a rejected
-            # batch, so a larger batch could fail every record in it on a topic with a
-            # smaller limit (parking rows of unrelated keys). A record larger than this
-            # goes alone in its own batch, so a size rejection names exactly that record.
-            max_batch_size=s.max_batch_bytes,
+        )
+
+    def _make_admin(self) -> AIOKafkaAdminClient:
+        s = self._settings
+        return AIOKafkaAdminClient(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.client_id}-admin",
+            request_timeout_ms=s.request_timeout_ms,
+            **self._security.client_options(),
         )
 
     async def start(self) -> None:
@@ -130,34 +126,43 @@ class KafkaPublisher:
         if producer is not None:
             with contextlib.suppress(Exception):
                 await producer.stop()
+        await self._limits.close()
 
     async def recreate(self) -> None:
         await self.stop()
         await self.start()
 
-    async def enqueue_batch(
-        self, records: Sequence[OutgoingRecord]
-    ) -> list[Awaitable[None] | PublishFailed]:
-        """Build one record batch per partition and submit it; one shared ack per batch.
-
-        This is aiokafka's batch API: it skips the per-record send() path, and the records
-        of one key (one partition) in a claim usually travel in one batch, which Kafka
-        accepts or rejects as a whole.
-        """
-        producer = self._producer
-        if producer is None:
-            raise PublishFailed("producer is not started", retriable=True, fatal=True)
-        results: list[Awaitable[None] | PublishFailed] = [
-            PublishFailed("not sent", retriable=True)
-        ] * len(records)
-        partitions: dict[str, list[int] | PublishFailed] = {}
-        for topic in {r.topic for r in records}:
+    async def _partitions(
+        self, producer: AIOKafkaProducer, topics: set[str]
+    ) -> dict[str, list[int] | PublishFailed]:
+        found: dict[str, list[int] | PublishFailed] = {}
+        for topic in topics:
             try:
-                partitions[topic] = sorted(await producer.client._wait_on_metadata(topic))
+                found[topic] = sorted(await producer.client._wait_on_metadata(topic))
             except BaseException as exc:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                partitions[topic] = classify(exc)
+                found[topic] = classify(exc)
+        return found
+
+    def _builder(self, producer: AIOKafkaProducer, size: int) -> BatchBuilder:
+        # The producer's own builders have one size for every topic; ours fit each topic.
+        compression = producer._message_accumulator._compression_type
+        return BatchBuilder(size, compression, is_transactional=False)
+
+    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
+        """One record batch per partition (more when a partition's records exceed the
+        topic's limit), each closed before it is submitted: the claim is the batch, so no
+        linger is waited for. One shared ack per record batch (aiokafka's batch API)."""
+        producer = self._producer
+        if producer is None:
+            raise PublishFailed("producer is not started", retriable=True, fatal=True)
+        results: list[Handed] = [HELD] * len(records)
+        topics = {r.topic for r in records}
+        partitions = await self._partitions(producer, topics)
+        sizes = await self._limits.batch_bytes(topics)
+        if self._settings.max_batch_bytes is not None:
+            sizes = {t: min(size, self._settings.max_batch_bytes) for t, size in sizes.items()}
         groups: dict[tuple[str, int], list[int]] = {}
         for i, record in enumerate(records):
             known = partitions[record.topic]
@@ -167,41 +172,70 @@ class KafkaPublisher:
             partition = known[_key_slot(record.key) % len(known)]
             groups.setdefault((record.topic, partition), []).append(i)
         for (topic, partition), indexes in groups.items():
-            builder, members = producer.create_batch(), list[int]()
-            for n, i in enumerate(indexes):
-                record = records[i]
-                if (
-                    builder.append(
-                        timestamp=None, key=record.key, value=record.value, headers=record.headers
-                    )
-                    is None
-                ):
-                    refused = await self._submit(
-                        producer, builder, topic, partition, members, results
-                    )
-                    if refused is not None:
-                        # Nothing later of this partition may overtake the refused batch.
-                        for j in indexes[n:]:
-                            results[j] = refused
-                        break
-                    builder, members = producer.create_batch(), list[int]()
-                    builder.append(
-                        timestamp=None, key=record.key, value=record.value, headers=record.headers
-                    )
-                members.append(i)
-            else:
-                await self._submit(producer, builder, topic, partition, members, results)
+            await self._enqueue_partition(
+                producer,
+                topic,
+                partition,
+                sizes[topic],
+                [(i, records[i]) for i in indexes],
+                results,
+            )
         return results
+
+    async def _enqueue_partition(
+        self,
+        producer: AIOKafkaProducer,
+        topic: str,
+        partition: int,
+        size: int,
+        items: list[tuple[int, OutgoingRecord]],
+        results: list[Handed],
+    ) -> None:
+        largest = size - BATCH_HEADER - RECORD_OVERHEAD
+        builder, members = self._builder(producer, size), list[int]()
+        in_batch: set[bytes] = set()  # keys of the batch being built
+        sent: set[bytes] = set()  # keys in batches already submitted by this call
+        refused: dict[bytes, PublishFailed] = {}
+        for n, (i, record) in enumerate(items):
+            if record.key in refused:
+                results[i] = refused[record.key]
+                continue
+            if record.key in sent:
+                continue  # HELD: its key's earlier records are in a batch of their own
+            if record.size > largest:
+                refused[record.key] = results[i] = PublishFailed(
+                    f"RecordTooLarge: record of {record.size} bytes exceeds what topic "
+                    f"{topic} accepts (max.message.bytes {size})",
+                    retriable=False,
+                )
+                continue
+            if _append(builder, record) is None:  # full: submit it, start the next
+                failed = await self._submit(producer, builder, topic, partition, members, results)
+                if failed is not None:
+                    # Nothing later of this partition may overtake the refused batch.
+                    for j, _ in items[n:]:
+                        results[j] = failed
+                    return
+                sent |= in_batch
+                builder, members, in_batch = self._builder(producer, size), [], set()
+                if record.key in sent:
+                    continue  # HELD
+                _append(builder, record)
+            members.append(i)
+            in_batch.add(record.key)
+        if members:
+            await self._submit(producer, builder, topic, partition, members, results)
 
     async def _submit(
         self,
         producer: AIOKafkaProducer,
-        builder: Any,
+        builder: BatchBuilder,
         topic: str,
         partition: int,
         members: list[int],
-        results: list[Awaitable[None] | PublishFailed],
+        results: list[Handed],
     ) -> PublishFailed | None:
+        builder.close()  # ready to send at once: no linger
         try:
             fut = await producer.send_batch(builder, topic, partition=partition)
         except BaseException as exc:
@@ -215,10 +249,16 @@ class KafkaPublisher:
         # timeouts; a batch appended while its producer was being stopped (recreated)
         # is never sent nor failed, and its shard would wait for it forever.
         limit_s = 3 * self._settings.request_timeout_ms / 1000
-        shared = asyncio.ensure_future(_ack(fut, limit_s))
+        shared = asyncio.ensure_future(_ack(fut, limit_s, lambda: self._limits.forget(topic)))
         for i in members:
             results[i] = shared
         return None
+
+
+def _append(builder: BatchBuilder, record: OutgoingRecord) -> Any:
+    return builder.append(
+        timestamp=None, key=record.key, value=record.value, headers=record.headers
+    )
 
 
 @functools.lru_cache(maxsize=65536)
@@ -229,7 +269,7 @@ def _key_slot(key: bytes) -> int:
     return int(murmur2(key)) & 0x7FFFFFFF
 
 
-async def _ack(fut: asyncio.Future[Any], limit_s: float) -> None:
+async def _ack(fut: asyncio.Future[Any], limit_s: float, size_error: Callable[[], None]) -> None:
     try:
         await asyncio.wait_for(fut, limit_s)
     except TimeoutError:
@@ -239,4 +279,6 @@ async def _ack(fut: asyncio.Future[Any], limit_s: float) -> None:
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
             raise
+        if isinstance(exc, SIZE_ERRORS):
+            size_error()  # the topic's limit changed: read it again
         raise classify(exc) from exc

@@ -15,9 +15,10 @@ from aiokafka import errors as kafka_errors
 from relay.batch import backoff_s
 from relay.config import RelaySettings, load_settings
 from relay.errors import PublishFailed, RelayConfigError
+from relay.kafka_errors import classify
 from relay.leases import fair_share
 from relay.memory_publisher import MemoryPublisher
-from relay.publisher import KafkaPublisher, OutgoingRecord, classify
+from relay.publisher import HELD, KafkaPublisher, OutgoingRecord
 
 CANARY = "canary-pw-7f3a91"
 GOOD: dict[str, Any] = {
@@ -182,6 +183,10 @@ class _Builder:
 
     def __init__(self) -> None:
         self.keys: list[bytes] = []
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def append(self, *, timestamp: None, key: bytes, value: bytes, headers: Any) -> object | None:
         if len(self.keys) == 2:
@@ -191,11 +196,12 @@ class _Builder:
 
 
 class _Producer:
-    """Stands in for AIOKafkaProducer's batch API; refuses the first batch it is given."""
+    """Stands in for AIOKafkaProducer's batch API; refuses the first batch it is given
+    (unless refuse_first is off)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, refuse_first: bool = True) -> None:
         self.submitted: list[list[bytes]] = []
-        self.calls = 0
+        self.calls = 0 if refuse_first else 1
 
         async def partitions(topic: str) -> set[int]:
             return {0}
@@ -215,17 +221,50 @@ class _Producer:
         return done
 
 
-async def test_kafka_publisher_hands_nothing_over_behind_a_refused_batch() -> None:
+class _Limits:
+    async def batch_bytes(self, topics: set[str]) -> dict[str, int]:
+        return dict.fromkeys(topics, 1_000_000)
+
+    async def close(self) -> None:
+        pass
+
+
+def _publisher_on(producer: _Producer) -> KafkaPublisher:
     settings = _settings()
     publisher = KafkaPublisher(settings.kafka, settings.kafka_security.resolve())
+    stub = cast(Any, publisher)
+    stub._producer = producer
+    stub._limits = _Limits()  # no broker to ask for topic limits
+    stub._builder = lambda producer, size: _Builder()
+    return publisher
+
+
+async def test_kafka_publisher_hands_nothing_over_behind_a_refused_batch() -> None:
     producer = _Producer()
-    cast(Any, publisher)._producer = producer
+    publisher = _publisher_on(producer)
     records = [OutgoingRecord("orders", b"k", str(i).encode(), []) for i in range(5)]
 
     results = await publisher.enqueue_batch(records)
     assert producer.submitted == []  # the later batches of the partition would overtake it
     assert all(isinstance(r, PublishFailed) and r.retriable for r in results)
     assert "KafkaTimeoutError" in str(results[4])
+
+
+async def test_kafka_publisher_holds_a_key_that_would_span_two_record_batches() -> None:
+    """A key's records of one call travel in one record batch (accepted or refused whole):
+    a record whose key already went out in an earlier batch of the call is HELD for the
+    next claim, and so is every later record of that key."""
+    producer = _Producer(refuse_first=False)
+    publisher = _publisher_on(producer)
+    keys = [b"a", b"a", b"b", b"a", b"c", b"a"]
+    records = [OutgoingRecord("orders", k, str(i).encode(), []) for i, k in enumerate(keys)]
+
+    results = await publisher.enqueue_batch(records)
+    assert producer.submitted == [[b"a", b"a"], [b"b", b"c"]]
+    assert [r is HELD for r in results] == [False, False, False, True, False, True]
+    assert results[0] is results[1]  # one ack per record batch
+    assert results[2] is results[4]
+    await asyncio.gather(*(cast(Any, r) for r in results if r is not HELD))
 
 
 async def test_memory_publisher_refuses_later_records_of_a_refused_key() -> None:
@@ -241,8 +280,8 @@ async def test_memory_publisher_refuses_later_records_of_a_refused_key() -> None
     ]
     results = await publisher.enqueue_batch(records)
     assert [isinstance(r, PublishFailed) for r in results] == [True, False, True, False]
-    await asyncio.gather(*(r for r in results if not isinstance(r, PublishFailed)))
-    assert [r.value for r in publisher.sent] == [b"2", b"4"]
+    await asyncio.gather(*(cast(Any, r) for r in results if not isinstance(r, PublishFailed)))
+    assert sorted(r.value for r in publisher.sent) == [b"2", b"4"]
 
 
 def test_classify_a_missing_topic_is_the_rows_not_the_transports() -> None:
