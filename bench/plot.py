@@ -166,6 +166,7 @@ def latency_plot(
     rows: Sequence[tuple[str, float, float, float]],
     target_ms: float | None = 50.0,
     target_at: float | None = 2000.0,
+    title: str = "END-TO-END LATENCY (COMMIT TO CONSUMER) VS OFFERED LOAD",
 ) -> None:
     """rows: (series label, offered events/s, p50 ms, p99 ms). Log-scale latency axis."""
     width, height = 960, 600
@@ -184,7 +185,6 @@ def latency_plot(
         frac = (math.log10(y) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
         return top + plot_h * (1 - frac)
 
-    title = "END-TO-END LATENCY (COMMIT TO CONSUMER) VS OFFERED LOAD"
     canvas.text((width - Canvas.text_width(title)) // 2, 18, title)
     decade = y_lo
     while decade <= y_hi * 1.0001:

@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from bench.compare.topics import TopicCounter, create_topic, delete_topics
 from bench.emit_overhead import TOPIC
 from relay.config import load_settings
 from relay.errors import PublishFailed
-from relay.publisher import KafkaPublisher, OutgoingRecord
+from relay.publisher import Handed, HeldBack, KafkaPublisher, OutgoingRecord
 from relay.service import RelayService
 from relay.sql_store import SqlStore, make_store
 from relay.store import ClaimedRow, Failure, Policy, Settled
@@ -80,14 +80,12 @@ class TimedPublisher:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def enqueue_batch(
-        self, records: Sequence[OutgoingRecord]
-    ) -> list[Awaitable[None] | PublishFailed]:
+    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
         batch = _BATCH.get()
         batch["t2"] = time.perf_counter()
         handed = await self._inner.enqueue_batch(records)
         batch["t3"] = time.perf_counter()
-        pending = [h for h in handed if not isinstance(h, PublishFailed)]
+        pending = [h for h in handed if not isinstance(h, PublishFailed | HeldBack)]
 
         async def last_ack() -> None:
             await asyncio.gather(*pending, return_exceptions=True)

@@ -194,16 +194,17 @@ class KafkaPublisher:
         largest = size - BATCH_HEADER - RECORD_OVERHEAD
         builder, members = self._builder(producer, size), list[int]()
         in_batch: set[bytes] = set()  # keys of the batch being built
-        sent: set[bytes] = set()  # keys in batches already submitted by this call
-        refused: dict[bytes, PublishFailed] = {}
+        # Keys whose later records wait for the next call: in a batch already submitted
+        # by this call, or refused as too large.
+        held: set[bytes] = set()
         for n, (i, record) in enumerate(items):
-            if record.key in refused:
-                results[i] = refused[record.key]
-                continue
-            if record.key in sent:
+            if record.key in held:
                 continue  # HELD: its key's earlier records are in a batch of their own
             if record.size > largest:
-                refused[record.key] = results[i] = PublishFailed(
+                # Its later records are HELD, not refused: they are not too large, and
+                # whether they may go ahead of it is the failure policy's to decide.
+                held.add(record.key)
+                results[i] = PublishFailed(
                     f"RecordTooLarge: record of {record.size} bytes exceeds what topic "
                     f"{topic} accepts (max.message.bytes {size})",
                     retriable=False,
@@ -216,9 +217,9 @@ class KafkaPublisher:
                     for j, _ in items[n:]:
                         results[j] = failed
                     return
-                sent |= in_batch
+                held |= in_batch
                 builder, members, in_batch = self._builder(producer, size), [], set()
-                if record.key in sent:
+                if record.key in held:
                     continue  # HELD
                 _append(builder, record)
             members.append(i)

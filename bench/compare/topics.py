@@ -11,12 +11,21 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 
-async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+async def create_topic(
+    bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
     client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await client.start()
     try:
         await client.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+            [
+                NewTopic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=1,
+                    topic_configs=configs or {},
+                )
+            ]
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
