@@ -205,9 +205,9 @@ def debian_mirror() -> str:
             text = path.read_text(errors="replace")
         except OSError:
             continue
-        for uri in re.findall(r"^\s*URIs:\s*(\S+)", text, re.M) + re.findall(
-            r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)", text, re.M
-        ):
+        uris: list[str] = re.findall(r"^\s*URIs:\s*(\S+)", text, re.M)
+        uris += re.findall(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)", text, re.M)
+        for uri in uris:
             if uri.rstrip("/").endswith("/debian"):
                 return uri.rstrip("/")
     return DEFAULT_MIRROR

@@ -133,9 +133,11 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
     if pod_apparmor == "Unconfined":
         out.append("pod appArmorProfile is Unconfined")
     for key, value in (pod.get("metadata", {}).get("annotations") or {}).items():
-        if key.startswith("container.apparmor.security.beta.kubernetes.io/") and value not in (
-            "runtime/default",
-        ) and not str(value).startswith("localhost/"):
+        if (
+            key.startswith("container.apparmor.security.beta.kubernetes.io/")
+            and value not in ("runtime/default",)
+            and not str(value).startswith("localhost/")
+        ):
             out.append(f"annotation {key}={value}")
     selinux = psc.get("seLinuxOptions") or {}
     if selinux.get("user") or selinux.get("role"):
@@ -294,7 +296,9 @@ def assert_env_is_relay_settings(
     baseline = _dump(settings)
     # Fields that differ between two loads of the same environment (generated defaults)
     # cannot tell anything.
-    unstable = {k for k, v in _dump(load_relay_settings(monkeypatch, env)).items() if baseline.get(k) != v}
+    unstable = {
+        k for k, v in _dump(load_relay_settings(monkeypatch, env)).items() if baseline.get(k) != v
+    }
     stable = {k: v for k, v in baseline.items() if k not in unstable}
     ignored = []
     for name, value in env.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,10 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
                 "selector": {
                     "type": "object",
                     "properties": {
-                        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}
+                        "matchLabels": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        }
                     },
                 },
                 "namespaceSelector": {
@@ -99,7 +103,16 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
 def test_helm_lint(helm: Path, values: Path) -> None:
     res = subprocess.run(
-        [str(helm), "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, "-f", str(values)],
+        [
+            str(helm),
+            "lint",
+            str(CHART),
+            "--strict",
+            "--kube-version",
+            KUBE_VERSION,
+            "-f",
+            str(values),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -121,7 +134,9 @@ def test_helm_lint_example_app(helm: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_every_object_is_valid_for_the_kubernetes_api(helm: Path, case: str, tmp_path: Path) -> None:
+def test_every_object_is_valid_for_the_kubernetes_api(
+    helm: Path, case: str, tmp_path: Path
+) -> None:
     rendered = render(helm, case, tmp_path)
     if case == "sidecar":
         assert rendered.docs == [], "sidecar mode renders nothing of its own"
@@ -164,7 +179,7 @@ def test_the_pss_check_catches_violations() -> None:
         ],
     }
     assert restricted_violations(good) == []
-    weakenings = [
+    weakenings: list[Callable[[dict[str, Any]], object]] = [
         lambda p: p["securityContext"].pop("runAsNonRoot"),
         lambda p: p["securityContext"]["seccompProfile"].update(type="Unconfined"),
         lambda p: p["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
@@ -217,8 +232,10 @@ def test_sasl_tls_settings_reach_the_relay(
     security = settings.kafka_security
     assert security.sasl_mechanism == "SCRAM-SHA-512"
     assert security.sasl_username == "outbox-relay"
-    assert security.ssl_cafile and security.ssl_cafile.endswith("kafka-ca/ca.crt")
-    assert security.ssl_certfile and security.ssl_keyfile
+    assert security.ssl_cafile
+    assert security.ssl_cafile.endswith("kafka-ca/ca.crt")
+    assert security.ssl_certfile
+    assert security.ssl_keyfile
     assert settings.shard_count == 32
     assert settings.batch_size == 1000
     assert settings.kafka_topic("orders") == "prod.prod.orders-v2"
@@ -323,9 +340,11 @@ def test_app_version_is_the_projects(helm: Path) -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     helpers = (CHART / "templates" / "_helpers.tpl").read_text()
     match = re.search(r'define "outbox-relay.appVersion" -}}([^{]+){{', helpers)
-    assert match and match.group(1) == chart["appVersion"]
+    assert match
+    assert match.group(1) == chart["appVersion"]
     project = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
-    assert project and project.group(1) == chart["appVersion"]
+    assert project
+    assert project.group(1) == chart["appVersion"]
 
 
 BAD_VALUES = {
@@ -350,7 +369,11 @@ BAD_VALUES = {
 @pytest.mark.parametrize("name", BAD_VALUES)
 def test_values_schema_rejects_bad_values(helm: Path, name: str) -> None:
     res = helm_template(
-        helm, CHART, [CHART / "ci" / "default-values.yaml"], set_values=BAD_VALUES[name], check=False
+        helm,
+        CHART,
+        [CHART / "ci" / "default-values.yaml"],
+        set_values=BAD_VALUES[name],
+        check=False,
     )
     assert res.returncode != 0, f"{name}: rendered:\n{res.stdout[:2000]}"
     assert "values don't meet the specifications of the schema" in res.stderr, res.stderr
@@ -366,6 +389,8 @@ def test_required_values_are_named_when_missing(helm: Path) -> None:
 
 def test_the_sidecar_is_checked_by_the_subchart_schema(helm: Path, tmp_path: Path) -> None:
     app = example_app(tmp_path)
-    res = helm_template(helm, app, set_values=["outboxRelay.kafka.securityProtocol=TLS"], check=False)
+    res = helm_template(
+        helm, app, set_values=["outboxRelay.kafka.securityProtocol=TLS"], check=False
+    )
     assert res.returncode != 0
     assert "values don't meet the specifications of the schema" in res.stderr, res.stderr

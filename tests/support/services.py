@@ -15,7 +15,12 @@ from typing import Any
 # (tests/deployment/images) where no registry is reachable.
 POSTGRES_IMAGE = os.environ.get("OUTBOX_TEST_POSTGRES_IMAGE", "postgres:15")
 KAFKA_IMAGE = os.environ.get("OUTBOX_TEST_KAFKA_IMAGE", "confluentinc/cp-kafka:7.6.0")
-LOOPBACK_ONLY = ("127.0.0.1",)  # publish container ports on the host's loopback only
+
+
+def _loopback_only(container: Any) -> None:
+    """Publish the container's port on the host's loopback only (docker-py's (ip,) form)."""
+    container.ports[str(container.port)] = ("127.0.0.1",)
+
 
 _NO_SERVICE = (
     "{var} is not set and no Docker engine is available for testcontainers. "
@@ -44,7 +49,7 @@ def postgres_admin_url() -> Iterator[str]:
     from testcontainers.postgres import PostgresContainer
 
     container: Any = PostgresContainer(POSTGRES_IMAGE, driver=None)
-    container.with_bind_ports(container.port, LOOPBACK_ONLY)
+    _loopback_only(container)
     with container:
         yield str(container.get_connection_url())
 
@@ -60,7 +65,7 @@ def kafka_bootstrap_servers() -> Iterator[str]:
     from testcontainers.kafka import KafkaContainer
 
     container: Any = KafkaContainer(KAFKA_IMAGE).with_kraft()
-    container.with_bind_ports(container.port, LOOPBACK_ONLY)
+    _loopback_only(container)
     with container:
         yield str(container.get_bootstrap_server())
 
