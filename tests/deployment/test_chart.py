@@ -30,6 +30,9 @@ from tests.deployment.support import (
     restricted_violations,
 )
 
+# Cold, the helm fixture builds helm with `go install` first (about five minutes).
+pytestmark = pytest.mark.timeout(1800)
+
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 CASES = [p.stem.removesuffix("-values") for p in CI_VALUES] + ["app-with-sidecar"]
 

@@ -126,7 +126,9 @@ class Compose:
 SERVICES = ("postgres", "kafka", "migrate", "relay", "demo-producer", "demo-consumer", "demo-check")
 
 
+# Cold, the fixtures debootstrap a base and build four images first (several minutes).
 @pytest.mark.containers
+@pytest.mark.timeout(1500)
 def test_compose_round_trip(standin_images: dict[str, str], tmp_path: Path) -> None:
     compose = Compose(f"outbox-ci-{uuid.uuid4().hex[:8]}", standin_images["python"])
     t0 = time.monotonic()

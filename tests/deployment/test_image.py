@@ -23,7 +23,8 @@ from scripts import containers
 from tests.conftest import TopicFactory
 from tests.support.kafka import read_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.containers]
+# Cold, the fixtures debootstrap a base and build the image first (a few minutes).
+pytestmark = [pytest.mark.integration, pytest.mark.containers, pytest.mark.timeout(1200)]
 
 
 def podman(

@@ -17,7 +17,8 @@ import pytest
 from scripts import containers
 from tests.deployment.support import ROOT
 
-pytestmark = pytest.mark.containers
+# Cold, the fixtures build the stand-in images first (a few minutes).
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture
