@@ -11,6 +11,17 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+# The images the fallback runs; the deployment tests point them at locally built stand-ins
+# (tests/deployment/images) where no registry is reachable.
+POSTGRES_IMAGE = os.environ.get("OUTBOX_TEST_POSTGRES_IMAGE", "postgres:15")
+KAFKA_IMAGE = os.environ.get("OUTBOX_TEST_KAFKA_IMAGE", "confluentinc/cp-kafka:7.6.0")
+
+
+def _loopback_only(container: Any) -> None:
+    """Publish the container's port on the host's loopback only (docker-py's (ip,) form)."""
+    container.ports[str(container.port)] = ("127.0.0.1",)
+
+
 _NO_SERVICE = (
     "{var} is not set and no Docker engine is available for testcontainers. "
     'Run `scripts/services up` and `eval "$(scripts/services env)"`, or use scripts/test.'
@@ -37,7 +48,8 @@ def postgres_admin_url() -> Iterator[str]:
         raise RuntimeError(_NO_SERVICE.format(var="DATABASE_URL"))
     from testcontainers.postgres import PostgresContainer
 
-    container: Any = PostgresContainer("postgres:15", driver=None)
+    container: Any = PostgresContainer(POSTGRES_IMAGE, driver=None)
+    _loopback_only(container)
     with container:
         yield str(container.get_connection_url())
 
@@ -52,7 +64,8 @@ def kafka_bootstrap_servers() -> Iterator[str]:
         raise RuntimeError(_NO_SERVICE.format(var="KAFKA_BOOTSTRAP_SERVERS"))
     from testcontainers.kafka import KafkaContainer
 
-    container: Any = KafkaContainer().with_kraft()
+    container: Any = KafkaContainer(KAFKA_IMAGE).with_kraft()
+    _loopback_only(container)
     with container:
         yield str(container.get_bootstrap_server())
 

@@ -1,0 +1,1 @@
+"""Examples that run against the project's packages (the compose demo)."""
