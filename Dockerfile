@@ -22,6 +22,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
  && /opt/venv/bin/pip install -c constraints.txt -r requirements.txt
 # Then the project itself (its dependencies are already there, at the pinned versions).
 COPY README.md ./
+COPY outbox_core ./outbox_core
 COPY relay ./relay
 COPY producer_lib ./producer_lib
 COPY consumer_lib ./consumer_lib

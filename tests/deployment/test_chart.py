@@ -213,13 +213,13 @@ def test_relay_env_is_the_relays_own_settings(
         assert container["args"] == ["run"]
         env = resolved_env(pod, container, tmp_path / "files")
         settings = assert_env_is_relay_settings(monkeypatch, env)
-        assert settings.http_host == "0.0.0.0"
+        assert settings.http.host == "0.0.0.0"
         port = next(p["containerPort"] for p in container["ports"] if p["name"] == "relay-http")
-        assert settings.http_port == port
+        assert settings.http.port == port
         for probe in ("livenessProbe", "readinessProbe"):
             if probe in container:
                 assert container[probe]["httpGet"]["port"] == "relay-http"
-        security = settings.kafka_security
+        security = settings.kafka_security.resolve()
         assert security.protocol in ("SSL", "SASL_SSL")
         if security.protocol == "SASL_SSL":
             assert security.sasl_password == "placeholder for password"  # read from the file
@@ -232,7 +232,7 @@ def test_sasl_tls_settings_reach_the_relay(
     settings = assert_env_is_relay_settings(
         monkeypatch, resolved_env(pod, container, tmp_path / "files")
     )
-    security = settings.kafka_security
+    security = settings.kafka_security.resolve()
     assert security.sasl_mechanism == "SCRAM-SHA-512"
     assert security.sasl_username == "outbox-relay"
     assert security.ssl_cafile
@@ -240,9 +240,9 @@ def test_sasl_tls_settings_reach_the_relay(
     assert security.ssl_certfile
     assert security.ssl_keyfile
     assert settings.shard_count == 32
-    assert settings.batch_size == 1000
-    assert settings.kafka_topic("orders") == "prod.prod.orders-v2"
-    assert settings.replica_id == "outbox-relay-7d9f8-abcde"  # the pod's name
+    assert settings.batch.batch_size == 1000
+    assert settings.topics.kafka_topic("orders") == "prod.prod.orders-v2"
+    assert settings.leases.replica_id == "outbox-relay-7d9f8-abcde"  # the pod's name
     # The password never appears in the pod spec, only its file's path.
     assert "placeholder" not in yaml.safe_dump(pod)
 

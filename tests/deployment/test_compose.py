@@ -39,9 +39,9 @@ def test_compose_relay_env_is_the_relays_own_settings(monkeypatch: pytest.Monkey
     relay = services["relay"]
     assert relay["command"] == ["run"]
     settings = assert_env_is_relay_settings(monkeypatch, service_env(relay))
-    assert settings.http_host == "0.0.0.0"
-    assert settings.database.dialect == "postgres"
-    assert settings.kafka_bootstrap_servers == "kafka:9092"
+    assert settings.http.host == "0.0.0.0"
+    assert settings.database.url.dialect == "postgres"
+    assert settings.kafka.bootstrap_servers == "kafka:9092"
     # the migrate job uses the same database
     migrate = services["migrate"]
     assert migrate["command"] == ["migrate"]

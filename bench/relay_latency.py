@@ -1,0 +1,277 @@
+"""Commit-to-Kafka latency of the relay with its default settings, one event per transaction.
+
+A private database and a topic whose records the broker stamps when it appends them
+(message.timestamp.type=LogAppendTime). `outbox-relay run` works on it with every setting
+at its default. Writer threads, each on its own connection, commit one event per
+transaction at the offered rate (split evenly between them), and note the wall clock right
+after each COMMIT returned; each event's payload carries its sequence number. The latency
+of an event is the broker's append time minus its commit time (one clock: the same
+machine). The first --warmup-s of each load are left out. Before the loads, the relay sits
+idle for --idle-s: what that costs (statements per second on its database, CPU seconds of
+the relay and of Postgres per second) is measured too.
+
+    .venv/bin/python bench/relay_latency.py [--rates 500,2000,5000] [--seconds 10]
+        [--writers 8] [--plot docs/img/relay_latency.png]
+
+Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.compare.latency import percentile  # noqa: E402
+from bench.compare.processes import launch, relay_env  # noqa: E402
+from bench.compare.topics import create_topic, delete_topics  # noqa: E402
+from bench.database import admin, load_sql, with_database  # noqa: E402
+from bench.guard import run_guarded  # noqa: E402
+from bench.orders import TOPIC, make_orders, sequenced_order_event  # noqa: E402
+from bench.procstat import cpu_seconds  # noqa: E402
+from outbox_core.migrate import migrate  # noqa: E402
+from producer_lib import Outbox  # noqa: E402
+
+Q = load_sql("relay_latency.sql")
+
+
+@dataclass
+class Point:
+    offered: float
+    achieved: float
+    measured: int
+    missing: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+def write_load(
+    url: str, rate: float, seconds: float, writers: int, first_seq: int, keys: int
+) -> tuple[list[float], float]:
+    """Commit int(rate * seconds) events, one per transaction, from `writers` threads;
+    returns each event's commit time (by seq - first_seq) and the elapsed time."""
+    total = int(rate * seconds)
+    commit_at = [0.0] * total
+    orders = make_orders(random.Random(first_seq), 500)
+    outbox = Outbox()
+    start = time.monotonic() + 0.2
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        rng = random.Random(first_seq + w)
+        try:
+            with psycopg.connect(url) as conn:
+                for i in range(w, total, writers):
+                    delay = start + i / rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    event = sequenced_order_event(rng, keys, first_seq + i, orders[i % len(orders)])
+                    outbox.emit(
+                        conn,
+                        topic=event.topic,
+                        key=event.key,
+                        event_type=event.event_type,
+                        payload=event.payload,
+                    )
+                    conn.commit()
+                    commit_at[i] = time.time()
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return commit_at, time.monotonic() - start
+
+
+async def appended(
+    bootstrap: str, topic: str, partitions: int, wanted: range, timeout_s: float
+) -> dict[int, float]:
+    """seq -> broker append time (s) of every wanted event found on the topic."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    found: dict[int, float] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not all(s in found for s in wanted):
+            batches = await consumer.getmany(timeout_ms=200, max_records=10_000)
+            for records in batches.values():
+                for rec in records:
+                    seq = int(json.loads(rec.value)["seq"])
+                    if seq in wanted:
+                        found.setdefault(seq, rec.timestamp / 1000)
+    finally:
+        await consumer.stop()
+    return found
+
+
+def postgres_cpu(dbname: str) -> float:
+    """CPU seconds of the Postgres backends serving dbname (their command line names it)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if cmdline.startswith("postgres:") and f" {dbname} " in cmdline:
+            total += cpu_seconds(int(entry.name)) or 0.0
+    return total
+
+
+def statements(url: str, dbname: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(Q["database_transactions"], {"dbname": dbname}).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def run(args: argparse.Namespace) -> int:
+    base = os.environ["DATABASE_URL"]
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    run_id = uuid.uuid4().hex[:8]
+    dbname, prefix = f"bench_latency_{run_id}", f"bench-latency-{run_id}."
+    topic = prefix + TOPIC
+    url = with_database(base, dbname)
+    logdir = Path(args.logdir or f"/tmp/relay-latency-{run_id}")
+    await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
+    admin(base, "bench_database_create", dbname)
+    relay = None
+    try:
+        migrate(url)
+        await create_topic(
+            bootstrap, topic, args.partitions, {"message.timestamp.type": "LogAppendTime"}
+        )
+        relay = launch(
+            "relay",
+            [sys.executable, "-m", "relay.cli", "run"],
+            relay_env(url, bootstrap, prefix),
+            logdir,
+        )
+        seq = 0
+        warm, _ = await asyncio.to_thread(write_load, url, 50, 2.0, 1, seq, args.keys)
+        got = await appended(bootstrap, topic, args.partitions, range(seq, seq + len(warm)), 120)
+        if len(got) < len(warm):
+            raise RuntimeError(f"the relay did not deliver the warm-up:\n{relay.tail()}")
+        seq += len(warm)
+        await asyncio.sleep(1.0)
+        cpu0, pg0, tx0, t0 = (
+            cpu_seconds(relay.pid) or 0.0,
+            postgres_cpu(dbname),
+            statements(base, dbname),
+            time.monotonic(),
+        )
+        await asyncio.sleep(args.idle_s)
+        elapsed = time.monotonic() - t0
+        idle_cpu = ((cpu_seconds(relay.pid) or 0.0) - cpu0) / elapsed
+        idle_pg = (postgres_cpu(dbname) - pg0) / elapsed
+        idle_tx = (statements(base, dbname) - tx0) / elapsed
+        print(
+            f"idle relay: {idle_tx:.0f} statements/s on its database, relay CPU "
+            f"{idle_cpu * 100:.1f}% of a core, Postgres CPU {idle_pg * 100:.1f}% of a core "
+            f"(over {elapsed:.0f} s)",
+            flush=True,
+        )
+        points: list[Point] = []
+        for rate in args.rates:
+            commit_at, took = await asyncio.to_thread(
+                write_load, url, rate, args.seconds, args.writers, seq, args.keys
+            )
+            wanted = range(seq, seq + len(commit_at))
+            got = await appended(bootstrap, topic, args.partitions, wanted, 120)
+            skip = int(rate * args.warmup_s)
+            lat = sorted((got[s] - commit_at[s - seq]) * 1000 for s in wanted[skip:] if s in got)
+            point = Point(
+                rate,
+                len(commit_at) / took,
+                len(lat),
+                sum(1 for s in wanted if s not in got),
+                percentile(lat, 0.5),
+                percentile(lat, 0.99),
+                lat[-1] if lat else float("nan"),
+            )
+            print(
+                f"offered {rate:,.0f}/s: committed {point.achieved:,.0f}/s, p50 "
+                f"{point.p50_ms:.1f} ms, p99 {point.p99_ms:.1f} ms, max {point.max_ms:.1f} ms, "
+                f"missing {point.missing} (load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
+            points.append(point)
+            seq += len(commit_at)
+        print()
+        print(
+            "| offered events/s | committed events/s | p50 ms | p99 ms | max ms | measured | missing |"
+        )
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for p in points:
+            print(
+                f"| {p.offered:,.0f} | {p.achieved:,.0f} | {p.p50_ms:.1f} | {p.p99_ms:.1f} | "
+                f"{p.max_ms:.1f} | {p.measured:,} | {p.missing} |"
+            )
+        if args.plot:
+            from bench.plot import latency_plot
+
+            latency_plot(
+                Path(args.plot),
+                [("RELAY (DEFAULTS)", p.offered, p.p50_ms, p.p99_ms) for p in points],
+                target_ms=25.0,
+                target_at=None,
+                title="COMMIT TO KAFKA LATENCY VS OFFERED LOAD",
+            )
+            print(f"plot: {args.plot}")
+        return 0
+    finally:
+        if relay is not None:
+            relay.stop()
+        await delete_topics(bootstrap, [topic])
+        admin(base, "bench_database_drop", dbname)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--rates", type=lambda s: [float(x) for x in s.split(",")], default=[500.0, 2000.0, 5000.0]
+    )
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each load")
+    p.add_argument("--warmup-s", type=float, default=1.0, help="left out at the start of each load")
+    p.add_argument("--writers", type=int, default=8, help="writer threads (connections)")
+    p.add_argument("--keys", type=int, default=1000, help="distinct keys")
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--idle-s", type=float, default=10.0, help="idle time measured before the loads")
+    p.add_argument("--plot", help="write a latency-vs-rate PNG here")
+    p.add_argument("--logdir", help="where the relay's log goes (default a /tmp folder)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_guarded("relay_latency", lambda: asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
