@@ -177,7 +177,9 @@ async def run(args: argparse.Namespace) -> int:
         if len(got) < len(warm):
             raise RuntimeError(f"the relay did not deliver the warm-up:\n{relay.tail()}")
         seq += len(warm)
-        await asyncio.sleep(1.0)
+        # Postgres backends flush their statistics at most every 10 s when idle: wait that
+        # out, so the warm-up's statements are not counted as the idle relay's.
+        await asyncio.sleep(12.0)
         cpu0, pg0, tx0, t0 = (
             cpu_seconds(relay.pid) or 0.0,
             postgres_cpu(dbname),

@@ -19,6 +19,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from outbox_core.database_url import Dialect
+from outbox_core.errors import DatabaseError
 from outbox_core.executors import (
     AsyncPsycopgExecutor,
     Plan,
@@ -69,6 +70,10 @@ class PostgresPool:
 
     checkout_timeout_s: how long a statement waits for a connection before it fails as a
     retriable DatabaseError (the server is away, or every connection is busy).
+    A healthy pool's connections are not tested on checkout (a round trip each time); a
+    statement that fails on a broken connection fails as retriable, and the pool is swept
+    then: every idle connection is tested and the dead ones replaced at once (a restarted
+    server breaks them all together), so the retry does not draw another dead one.
     """
 
     dialect: Dialect = "postgres"
@@ -79,19 +84,17 @@ class PostgresPool:
         *,
         max_size: int,
         checkout_timeout_s: float = 30.0,
-        check_on_checkout: bool = True,
         open_wait_s: float | None = None,
+        server_options: str | None = None,
     ) -> None:
+        """server_options: libpq `options` for every connection (`-c name=value ...`)."""
         self._timeout = checkout_timeout_s
         self._open_wait_s = open_wait_s
         self.pool = reconnecting_pool(
             conninfo,
             max_size=max_size,
             timeout=checkout_timeout_s,
-            kwargs={"autocommit": True},
-            # A restarted server leaves dead connections in the pool; a check costs one
-            # round trip per checkout.
-            check=AsyncConnectionPool.check_connection if check_on_checkout else None,
+            kwargs={"autocommit": True, **({"options": server_options} if server_options else {})},
         )
 
     async def open(self) -> None:
@@ -107,14 +110,27 @@ class PostgresPool:
         await self.pool.close()
 
     async def run(self, statement: Statement) -> Rows:
-        with translated():
-            async with self.pool.connection(timeout=self._timeout) as conn:
-                return await AsyncPsycopgExecutor(conn).run(statement)
+        try:
+            with translated():
+                async with self.pool.connection(timeout=self._timeout) as conn:
+                    return await AsyncPsycopgExecutor(conn).run(statement)
+        except DatabaseError as exc:
+            await self._sweep(exc)
+            raise
 
     async def run_plan(self, plan: Plan, *, write: bool = False) -> Any:
         """All of the plan's statements on one connection, each committing by itself
         (autocommit): a plan whose writes must commit together states them as one
         statement. `write` matters only to SQLite."""
-        with translated():
-            async with self.pool.connection(timeout=self._timeout) as conn:
-                return await run_plan_async(plan, AsyncPsycopgExecutor(conn))
+        try:
+            with translated():
+                async with self.pool.connection(timeout=self._timeout) as conn:
+                    return await run_plan_async(plan, AsyncPsycopgExecutor(conn))
+        except DatabaseError as exc:
+            await self._sweep(exc)
+            raise
+
+    async def _sweep(self, exc: DatabaseError) -> None:
+        if exc.retriable and not self.pool.closed:
+            with contextlib.suppress(Exception):
+                await self.pool.check()

@@ -83,6 +83,7 @@ class ShardWorkers:
         self._sup = supervisor
         self._on_batch = on_batch
         self._workers: dict[int, _Worker] = {}
+        self.last_rows_at = 0.0  # monotonic time a claim last returned rows
 
     @property
     def held(self) -> dict[int, int]:
@@ -216,8 +217,10 @@ class ShardWorkers:
                 await self._sup.sleep(1.0, stop)
                 continue
             if outcome.full:
+                self.last_rows_at = time.monotonic()
                 continue
             if outcome.claimed:
+                self.last_rows_at = time.monotonic()
                 quiet = poll.poll_interval_s
             elif woken:
                 # Woken for rows it could not claim: they wait behind a failing row of

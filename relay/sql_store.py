@@ -35,6 +35,12 @@ WORK_CHECKOUT_S = 30.0
 # Control calls fail fast while the server is away, so a heartbeat round reports it
 # within seconds instead of queueing past the lease.
 CONTROL_CHECKOUT_S = 5.0
+# The shard workers' settles commit without waiting for the WAL flush (a disk round trip
+# per batch, most of a settle's time). A settle lost to a database crash (the last few
+# hundred milliseconds of them at most) leaves its rows pending, so they are published
+# again: duplicates around a crash, which the relay's guarantee already allows, never a
+# loss. Leases, membership and everything else commit synchronously.
+WORK_SERVER_OPTIONS = "-c synchronous_commit=off"
 
 
 class DatabaseSettings(SettingsGroup):
@@ -291,6 +297,7 @@ def make_store(settings: DatabaseSettings) -> SqlStore:
                 max_size=WORK_CONNECTIONS,
                 checkout_timeout_s=WORK_CHECKOUT_S,
                 open_wait_s=OPEN_WAIT_S,
+                server_options=WORK_SERVER_OPTIONS,
             ),
             PostgresPool(
                 db.url,

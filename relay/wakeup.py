@@ -1,9 +1,11 @@
 """The wake-up path: one cheap probe per replica, every probe_interval_s, asks which of the
 shards this replica holds have a row ready, and wakes only those shard workers.
 
-A committed event is found within a few milliseconds at any load, with one statement for
-all shards instead of every shard polling, and no NOTIFY per row (NOTIFY hints, when on,
-wake workers too). A probe is ignored for a worker that claimed or settled since the probe
+A committed event is found within a few milliseconds, with one statement for all shards
+instead of every shard polling, and no NOTIFY per row (NOTIFY hints, when on, wake
+workers too). After idle_after_s with nothing found (and no claim that returned rows), it runs
+every idle_interval_s instead, so an idle relay costs little; the first find brings it
+back to interval_s. A probe is ignored for a worker that claimed or settled since the probe
 was asked (it saw those rows already), and a worker whose claim came back empty after a
 wake (its ready rows are held back behind a failing row of their key) is not probed again
 for a while (PollSettings.poll_interval_s, doubling up to idle_interval_s).
@@ -15,7 +17,7 @@ import logging
 import time
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
@@ -32,9 +34,27 @@ class ProbeSettings(SettingsGroup):
     interval_s: float = Field(
         default=0.005,
         gt=0,
-        description="How often one statement asks which held shards have a row ready "
-        "(the wake-up path: commit-to-claim latency is about half of it).",
+        description="How often one statement asks which held shards have a row ready, while "
+        "rows come (the wake-up path: commit-to-claim latency is about half of it).",
     )
+    idle_interval_s: float = Field(
+        default=0.05,
+        gt=0,
+        description="The probe's interval once it has found nothing for idle_after_s: what "
+        "an idle relay costs (and the latency of the first event after a quiet spell).",
+    )
+    idle_after_s: float = Field(
+        default=1.0, ge=0, description="Quiet time after which the probe slows down."
+    )
+
+    @model_validator(mode="after")
+    def _intervals(self) -> ProbeSettings:
+        if self.interval_s > self.idle_interval_s:
+            raise ValueError(
+                "probe_interval_s (OUTBOX_PROBE_INTERVAL_S) must not exceed "
+                "probe_idle_interval_s (OUTBOX_PROBE_IDLE_INTERVAL_S)"
+            )
+        return self
 
 
 class Prober:
@@ -62,12 +82,17 @@ class Prober:
         return self._workers.wake_ready(ready, waiting)
 
     async def run(self) -> None:
-        interval = self.settings.interval_s
+        s = self.settings
+        last_found = time.monotonic()
         while not self._sup.stopping.is_set():
             started = time.monotonic()
             try:
-                await self.run_once()
+                if await self.run_once():
+                    last_found = started
             except StoreUnavailable as exc:
                 log.debug("probe failed", extra={"error": str(exc)})
                 await self._sup.sleep(1.0)  # the lease loop reports the outage
+            active = max(last_found, self._workers.last_rows_at)
+            quiet = started - active > s.idle_after_s
+            interval = s.idle_interval_s if quiet else s.interval_s
             await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)))
