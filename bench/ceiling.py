@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from pydantic import SecretStr
 
-from relay.sql_store import DatabaseSettings, make_store
+from relay.database import DatabaseSettings, make_store
 
 OWNER = "bench-ceiling"
 

@@ -31,10 +31,11 @@ from bench.compare.services import start_services
 from bench.compare.topics import TopicCounter, create_topic, delete_topics
 from bench.emit_overhead import TOPIC
 from relay.config import load_settings
+from relay.database import make_store
 from relay.errors import PublishFailed
 from relay.publisher import Handed, HeldBack, KafkaPublisher, OutgoingRecord
 from relay.service import RelayService
-from relay.sql_store import SqlStore, make_store
+from relay.sql_store import SqlStore
 from relay.store import ClaimedRow, Failure, Policy, Settled
 
 _BATCH: contextvars.ContextVar[dict[str, float]] = contextvars.ContextVar("batch")

@@ -26,6 +26,7 @@ from outbox_core.settings import (
 )
 from outbox_core.sharding import MAX_SHARDS
 from relay.batch import BatchRules, BatchSettings, TopicSettings
+from relay.database import DatabaseSettings
 from relay.errors import RelayConfigError
 from relay.gauges import GaugeSettings
 from relay.kafka_settings import KafkaSettings
@@ -33,7 +34,6 @@ from relay.leases import LeaseSettings
 from relay.notify import NotifySettings
 from relay.purge import PurgeSettings
 from relay.shard_worker import PollSettings
-from relay.sql_store import DatabaseSettings
 from relay.wakeup import ProbeSettings
 
 ENV_PREFIX = "OUTBOX_"

@@ -24,6 +24,7 @@ from outbox_core.ops_http import OpsServer, Probe
 from outbox_core.supervisor import RETRY_MAX_WAIT_S, Supervisor
 from relay.batch import BatchOutcome
 from relay.config import RelaySettings
+from relay.database import make_store
 from relay.errors import KafkaUnavailable, PublishFailed, RelayError, StoreUnavailable
 from relay.gauges import Gauges
 from relay.leases import LeaseKeeper
@@ -34,7 +35,6 @@ from relay.producer_keeper import ProducerKeeper
 from relay.publisher import KafkaPublisher, Publisher
 from relay.purge import Purger
 from relay.shard_worker import ShardWorkers
-from relay.sql_store import make_store
 from relay.store import Store
 from relay.wakeup import Prober
 

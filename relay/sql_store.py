@@ -1,4 +1,5 @@
-"""The Store on SQL: one implementation over an executor and a codec, for every dialect.
+"""The Store on SQL: one implementation over an executor and a codec, for every dialect
+(built from the settings by relay/database.py).
 
 What differs per dialect is only how connections are held (a Postgres pool in autocommit,
 or one SQLite connection on its own thread: outbox_core.pg_pool / sqlite_thread), how
@@ -13,57 +14,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
-
 from outbox_core.codec import codec_for
-from outbox_core.database_url import DatabaseUrl, Dialect
-from outbox_core.errors import ConfigurationError, MigrationError, OutboxError
+from outbox_core.database_url import Dialect
+from outbox_core.errors import MigrationError, OutboxError
 from outbox_core.executors import AsyncPool, Plan, Rows, Statement
-from outbox_core.pg_pool import PostgresPool
-from outbox_core.settings import SettingsGroup
-from outbox_core.sqlite_thread import SqliteThread
 from relay.errors import LeaseLost, RelayError, StartupRefused, StoreUnavailable
 from relay.sqlite_lock import RelayFileLock
 from relay.store import AppliedMigration, Backlog, ClaimedRow, Failure, Lease, Policy, Settled
-
-# Postgres pools: the shard workers' and a small one of their own for leases, membership
-# and gauges, which must not queue behind slow claims or every lease expires at once.
-WORK_CONNECTIONS = 8
-CONTROL_CONNECTIONS = 2
-OPEN_WAIT_S = 30.0
-WORK_CHECKOUT_S = 30.0
-# Control calls fail fast while the server is away, so a heartbeat round reports it
-# within seconds instead of queueing past the lease.
-CONTROL_CHECKOUT_S = 5.0
-# The shard workers' settles commit without waiting for the WAL flush (a disk round trip
-# per batch, most of a settle's time). A settle lost to a database crash (the last few
-# hundred milliseconds of them at most) leaves its rows pending, so they are published
-# again: duplicates around a crash, which the relay's guarantee already allows, never a
-# loss. Leases, membership and everything else commit synchronously.
-WORK_SERVER_OPTIONS = "-c synchronous_commit=off"
-
-
-class DatabaseSettings(SettingsGroup):
-    database_url: SecretStr = Field(
-        description="Outbox database: postgresql://user:pass@host/db or sqlite:///path.db",
-    )
-    sqlite_wait_for_lock: bool = Field(
-        default=False,
-        description="SQLite: wait for the relay already running on the file instead of exiting.",
-    )
-
-    @field_validator("database_url")
-    @classmethod
-    def _database_url(cls, value: SecretStr) -> SecretStr:
-        try:
-            DatabaseUrl.parse(value.get_secret_value())
-        except ConfigurationError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    @property
-    def url(self) -> DatabaseUrl:
-        return DatabaseUrl.parse(self.database_url.get_secret_value())
 
 
 def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
@@ -286,28 +243,3 @@ def _unavailable(what: str, exc: OutboxError) -> StoreUnavailable:
     # Driver messages never include the password; keep only the first line.
     lines = str(exc).strip().splitlines()
     return StoreUnavailable(f"{what}: {lines[0] if lines else type(exc).__name__}")
-
-
-def make_store(settings: DatabaseSettings) -> SqlStore:
-    db = settings.url
-    if db.dialect == "postgres":
-        return SqlStore(
-            PostgresPool(
-                db.url,
-                max_size=WORK_CONNECTIONS,
-                checkout_timeout_s=WORK_CHECKOUT_S,
-                open_wait_s=OPEN_WAIT_S,
-                server_options=WORK_SERVER_OPTIONS,
-            ),
-            PostgresPool(
-                db.url,
-                max_size=CONTROL_CONNECTIONS,
-                checkout_timeout_s=CONTROL_CHECKOUT_S,
-                open_wait_s=OPEN_WAIT_S,
-            ),
-        )
-    return SqlStore(
-        SqliteThread(db.url),
-        file_lock=RelayFileLock(db.url, wait=settings.sqlite_wait_for_lock),
-        sqlite_path=db.url,
-    )

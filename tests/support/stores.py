@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from outbox_core.sharding import shard_for
 from producer_lib import Event, Outbox
-from relay.sql_store import DatabaseSettings
-from relay.sql_store import make_store as make_sql_store
+from relay.database import DatabaseSettings
+from relay.database import make_store as make_sql_store
 from relay.store import Store
 from tests.support.db import Backend
 from tests.support.transactions import sync_tx
