@@ -41,7 +41,11 @@ class KafkaSettings(SettingsGroup):
         "whole), or 16 KiB where it cannot be read.",
     )
     linger_ms: int = Field(
-        default=5, ge=0, le=1000, description="Producer linger before a batch is sent (ms)."
+        default=0,
+        ge=0,
+        le=1000,
+        description="How long a claim's record batch waits before it is sent (ms). A claim is "
+        "already a batch: 0 sends it at once.",
     )
     request_timeout_ms: int = Field(
         default=30_000, ge=1000, description="Producer request timeout (ms)."

@@ -152,8 +152,8 @@ class KafkaPublisher:
 
     async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
         """One record batch per partition (more when a partition's records exceed the
-        topic's limit), each closed before it is submitted: the claim is the batch, so no
-        linger is waited for. One shared ack per record batch (aiokafka's batch API)."""
+        topic's limit), each closed before it is submitted unless a linger is set: the
+        claim is the batch. One shared ack per record batch (aiokafka's batch API)."""
         producer = self._producer
         if producer is None:
             raise PublishFailed("producer is not started", retriable=True, fatal=True)
@@ -236,7 +236,8 @@ class KafkaPublisher:
         members: list[int],
         results: list[Handed],
     ) -> PublishFailed | None:
-        builder.close()  # ready to send at once: no linger
+        if self._settings.linger_ms == 0:
+            builder.close()  # ready to send at once (aiokafka lingers over open batches)
         try:
             fut = await producer.send_batch(builder, topic, partition=partition)
         except BaseException as exc:

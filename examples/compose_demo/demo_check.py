@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
+
+from outbox_core.queries import parse_blocks
+
+SQL = parse_blocks(Path(__file__).with_name("demo.sql").read_text(), "demo.sql")
 
 
 @dataclass(frozen=True)
@@ -34,20 +39,7 @@ class Counts:
 
 def counts(url: str, group: str) -> Counts:
     with psycopg.connect(url, connect_timeout=5) as conn:
-        row = conn.execute(
-            """
-            SELECT
-              (SELECT count(*) FROM demo_orders),
-              (SELECT count(*) FROM outbox_events WHERE published_at IS NULL),
-              (SELECT count(*) FROM demo_invoices),
-              (SELECT count(*) FROM processed_events WHERE consumer_group = %s),
-              (SELECT count(*) FROM demo_orders o
-                 WHERE NOT EXISTS (SELECT 1 FROM demo_invoices i WHERE i.order_id = o.order_id)),
-              (SELECT coalesce(max(n), 0) FROM
-                 (SELECT count(*) AS n FROM demo_invoices GROUP BY order_id) AS per_order)
-            """,
-            (group,),
-        ).fetchone()
+        row = conn.execute(SQL["demo_round_trip_counts"], {"group": group}).fetchone()
     assert row is not None
     return Counts(*(int(v) for v in row))
 

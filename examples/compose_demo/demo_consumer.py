@@ -14,11 +14,15 @@ import asyncio
 import contextlib
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, KafkaSecurity, PsycopgAsync
+from outbox_core.queries import parse_blocks
+
+SQL = parse_blocks(Path(__file__).with_name("demo.sql").read_text(), "demo.sql")
 
 
 def say(msg: str) -> None:
@@ -44,12 +48,8 @@ async def _retry(what: str, call: Any, timeout: float = 300.0) -> None:
 async def _prepare_database(url: str) -> None:
     async with await psycopg.AsyncConnection.connect(url, connect_timeout=5) as conn:
         # processed_events comes with the outbox schema (outbox-relay migrate).
-        await conn.execute("SELECT 1 FROM processed_events LIMIT 1")
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS demo_invoices ("
-            " order_id uuid PRIMARY KEY, customer text NOT NULL, amount_cents integer NOT NULL,"
-            " event_id uuid NOT NULL, invoiced_at timestamptz NOT NULL DEFAULT now())"
-        )
+        await conn.execute(SQL["processed_events_probe"])
+        await conn.execute(SQL["demo_invoices_create"])
 
 
 async def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -89,9 +89,13 @@ async def build() -> ConsumerApp:
     async def invoice(event: ConsumedEvent, conn: Any) -> None:
         order = event.payload
         await conn.execute(
-            "INSERT INTO demo_invoices (order_id, customer, amount_cents, event_id)"
-            " VALUES (%s, %s, %s, %s)",
-            (order["order_id"], order["customer"], order["amount_cents"], event.event_id),
+            SQL["demo_invoice_insert"],
+            {
+                "order_id": order["order_id"],
+                "customer": order["customer"],
+                "amount_cents": order["amount_cents"],
+                "event_id": event.event_id,
+            },
         )
         say(
             f"invoiced order {order['order_id']} (event {event.event_id}, partition {event.partition})"

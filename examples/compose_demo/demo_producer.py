@@ -18,11 +18,15 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import psycopg
 
+from outbox_core.queries import parse_blocks
 from producer_lib import Outbox
+
+SQL = parse_blocks(Path(__file__).with_name("demo.sql").read_text(), "demo.sql")
 
 T = TypeVar("T")
 NAMESPACE = uuid.UUID("5b8c2d1e-0c7a-4f52-9d0e-6f1b2a3c4d5e")
@@ -50,7 +54,7 @@ def wait_for(what: str, call: Callable[[], T], timeout: float = 300.0) -> T:
 
 def schema_ready(url: str) -> None:
     with psycopg.connect(url, connect_timeout=5) as conn:
-        conn.execute("SELECT 1 FROM outbox_schema_migrations LIMIT 1")
+        conn.execute(SQL["schema_probe"])
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -78,10 +82,7 @@ def main() -> int:
     wait_for("Kafka", lambda: asyncio.run(create_topic(bootstrap, topic, partitions)))
     outbox = Outbox()
     with psycopg.connect(url) as conn:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS demo_orders ("
-            " order_id uuid PRIMARY KEY, customer text NOT NULL, amount_cents integer NOT NULL)"
-        )
+        conn.execute(SQL["demo_orders_create"])
         conn.commit()
         for i in range(orders):
             order_id = uuid.uuid5(NAMESPACE, f"order-{i}")
@@ -90,9 +91,8 @@ def main() -> int:
             # The business row and its event commit together, or not at all.
             with conn.transaction():
                 conn.execute(
-                    "INSERT INTO demo_orders (order_id, customer, amount_cents)"
-                    " VALUES (%s, %s, %s) ON CONFLICT (order_id) DO NOTHING",
-                    (order_id, customer, amount),
+                    SQL["demo_order_insert"],
+                    {"order_id": order_id, "customer": customer, "amount_cents": amount},
                 )
                 event_id = outbox.emit(
                     conn,

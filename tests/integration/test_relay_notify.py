@@ -53,6 +53,7 @@ async def test_notify_wakes_idle_shards_and_listener_reconnects(
         idle_interval_s=IDLE_S,
         poll_interval_s=IDLE_S / 4,
         probe_interval_s=IDLE_S,  # the probe would wake it first: out of the way here
+        probe_idle_interval_s=IDLE_S,
     )
     async with running_relay(settings) as relay:
         await _listeners(backend, 1)
@@ -77,6 +78,7 @@ async def test_without_the_hint_an_idle_relay_waits(
         idle_interval_s=IDLE_S,
         poll_interval_s=IDLE_S / 4,
         probe_interval_s=IDLE_S,  # the probe would wake it first: out of the way here
+        probe_idle_interval_s=IDLE_S,
     )
     async with running_relay(settings):
         await _listeners(backend, 1)
