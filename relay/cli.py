@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ from outbox_core.database_url import DatabaseUrl
 from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.migrate import migrate
 from relay import cli_admin
-from relay.config import field_help, load_settings, settings_fields
+from relay.config import field_help, load_settings, settings_fields, unknown_env_names
 from relay.errors import RelayConfigError, StartupRefused
 
 EXIT_OK = 0
@@ -131,6 +132,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         logs.add_secrets(logs.url_secrets(url))  # before validation, which may fail
     settings = load_settings(**_run_overrides(args))
     logs.configure(settings.log.level, settings.log.json_lines, settings.secrets())
+    unknown = unknown_env_names()
+    if unknown:
+        logging.getLogger("relay").warning(
+            "environment variables that name no setting are ignored", extra={"names": unknown}
+        )
 
     async def main() -> None:
         service = RelayService(settings)

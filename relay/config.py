@@ -9,6 +9,8 @@ Every field is documented in its group; `outbox-relay run --help` prints the sam
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError
@@ -138,6 +140,14 @@ def load_settings(**overrides: object) -> RelaySettings:
 
 def settings_fields() -> list[FlatField]:
     return list(flat_fields(RelaySettings))
+
+
+def unknown_env_names(environ: Mapping[str, str] | None = None) -> list[str]:
+    """OUTBOX_* variables that name no setting (a typo, or a renamed setting): the relay
+    runs without them, so it says which they are."""
+    known = {field.env(ENV_PREFIX) for field in settings_fields()}
+    names = os.environ if environ is None else environ
+    return sorted(n for n in names if n.upper().startswith(ENV_PREFIX) and n.upper() not in known)
 
 
 def field_help() -> list[tuple[str, str, str, object]]:

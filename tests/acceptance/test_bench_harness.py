@@ -10,7 +10,9 @@ more than an order of magnitude on any machine.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,16 +27,25 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.mark.timeout(240)
 def test_ours_drains_faster_than_the_naive_relay(postgres_admin: str, kafka_bootstrap: str) -> None:
     env = {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
-    result = subprocess.run(
+    # A session of its own: on a timeout the relays the harness launched are killed with
+    # it, instead of running on, orphaned, against a database nobody drops.
+    proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "relay_compare.py"), "--ci"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=220,
         cwd=ROOT,
         env={**_base_env(), **env},
+        start_new_session=True,
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
+    try:
+        stdout, stderr = proc.communicate(timeout=220)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"relay_compare.py --ci did not finish in 220 s:\n{stdout}{stderr}")
+    output = stdout + stderr
+    assert proc.returncode == 0, output
     found = re.search(r"ours/naive: ([0-9.]+) \(ours ([0-9,]+) events/s, naive ([0-9,]+)", output)
     assert found, output
     ours, naive = (int(found.group(i).replace(",", "")) for i in (2, 3))
@@ -44,6 +55,4 @@ def test_ours_drains_faster_than_the_naive_relay(postgres_admin: str, kafka_boot
 
 
 def _base_env() -> dict[str, str]:
-    import os
-
     return {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}

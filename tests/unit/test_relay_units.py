@@ -13,7 +13,7 @@ import pytest
 from aiokafka import errors as kafka_errors
 
 from relay.batch import backoff_s
-from relay.config import RelaySettings, load_settings
+from relay.config import RelaySettings, load_settings, unknown_env_names
 from relay.errors import PublishFailed, RelayConfigError
 from relay.kafka_errors import classify
 from relay.leases import fair_share
@@ -337,3 +337,14 @@ def test_every_setting_keeps_its_flat_environment_name(monkeypatch: pytest.Monke
 def test_an_unknown_setting_is_refused() -> None:
     with pytest.raises(RelayConfigError, match="kafka_client"):
         load_settings(**GOOD, kafka_client="x")
+
+
+def test_environment_variables_that_name_no_setting_are_found() -> None:
+    env = {
+        "OUTBOX_BATCH_SIZE": "10",
+        "OUTBOX_BATCHSIZE": "10",  # a typo: the relay would run with the default
+        "outbox_kafka_client_id": "x",  # any case, as the settings read them
+        "OUTBOX_KAFKA_CLIENTID": "x",
+        "PATH": "/bin",
+    }
+    assert unknown_env_names(env) == ["OUTBOX_BATCHSIZE", "OUTBOX_KAFKA_CLIENTID"]
