@@ -8,7 +8,6 @@ an AsyncSession (SqlAlchemyAsync), a sync Session run in a worker thread
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -22,6 +21,7 @@ from outbox_core.executors import (
     Statement,
     sqlalchemy_dialect,
 )
+from outbox_core.pg_pool import reconnecting_pool, sweep
 
 __all__ = [
     "Database",
@@ -138,8 +138,6 @@ class PsycopgAsync:
     ) -> None:
         """pool_timeout_s: how long a transaction waits for a connection (the server away)
         before it fails as a transient error, and the record is retried."""
-        from outbox_core.pg_pool import reconnecting_pool
-
         # No check on checkout: it costs a round trip per event (0.24 ms of 1.55 here, see
         # docs/benchmarks.md). A connection that broke fails its transaction as a transient
         # error, the record is retried, and the failure path sweeps the pool (_sweep).
@@ -171,11 +169,9 @@ class PsycopgAsync:
         return True
 
     async def _sweep(self) -> None:
-        """After a transient failure (a server restart breaks every idle connection at
-        once): test the idle connections and replace the dead ones, so the retry and the
-        records after it do not each draw one more broken connection."""
-        with contextlib.suppress(Exception):
-            await self._pool.check()
+        """After a transient failure: the retry and the records after it must not each
+        draw one more broken connection."""
+        await sweep(self._pool)
 
     async def purge(self, retention_s: float, limit: int) -> int:
         await self._ready()

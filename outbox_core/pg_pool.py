@@ -12,10 +12,8 @@ PostgresPool runs named statements on such a pool (an AsyncExecutor).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from outbox_core.database_url import Dialect
@@ -32,11 +30,12 @@ from outbox_core.executors import (
 RECONNECT_WINDOW_S = 10.0  # attempts at about 0, 1, 3, 7 and 10 s, then again
 
 
-async def _start_over(pool: AsyncConnectionPool[Any]) -> None:
+async def sweep(pool: AsyncConnectionPool[Any]) -> None:
+    """Test the pool's idle connections and replace the dead ones (a restarted server breaks
+    them all at once). It also lets a pool that has lost its connections grow again: a new
+    reconnection attempt, whose delay starts at one second."""
     if pool.closed:
         return
-    # check() lets a pool that has lost its connections grow again: a new attempt, whose
-    # delay starts at one second.
     with contextlib.suppress(Exception):
         await pool.check()
 
@@ -46,7 +45,6 @@ def reconnecting_pool(
     *,
     max_size: int,
     timeout: float,
-    check: Callable[[AsyncConnection[Any]], Awaitable[None]] | None = None,
     kwargs: dict[str, Any] | None = None,
 ) -> AsyncConnectionPool[Any]:
     """An unopened pool (open it in the running loop, without waiting: a first
@@ -56,11 +54,10 @@ def reconnecting_pool(
         min_size=1,
         max_size=max_size,
         timeout=timeout,
-        check=check,
         kwargs=kwargs,
         open=False,
         reconnect_timeout=RECONNECT_WINDOW_S,
-        reconnect_failed=_start_over,
+        reconnect_failed=sweep,
     )
 
 
@@ -131,6 +128,5 @@ class PostgresPool:
             raise
 
     async def _sweep(self, exc: DatabaseError) -> None:
-        if exc.retriable and not self.pool.closed:
-            with contextlib.suppress(Exception):
-                await self.pool.check()
+        if exc.retriable:
+            await sweep(self.pool)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 import random
 import re
 import time
@@ -24,8 +23,6 @@ from relay.errors import KafkaUnavailable, PublishFailed
 from relay.kafka_errors import classify
 from relay.publisher import HELD, OutgoingRecord, Publisher
 from relay.store import ClaimedRow, Failure, Store
-
-log = logging.getLogger("relay.batch")
 
 MAX_ERROR_CHARS = 2000
 

@@ -216,11 +216,11 @@ class ShardWorkers:
                 log.exception("shard batch failed unexpectedly", extra={"shard": shard})
                 await self._sup.sleep(1.0, stop)
                 continue
-            if outcome.full:
-                self.last_rows_at = time.monotonic()
-                continue
             if outcome.claimed:
                 self.last_rows_at = time.monotonic()
+            if outcome.full:
+                continue
+            if outcome.claimed:
                 quiet = poll.poll_interval_s
             elif woken:
                 # Woken for rows it could not claim: they wait behind a failing row of
