@@ -1,13 +1,13 @@
 """The database ceiling of bench/relay_compare.py: the relay's statements without Kafka.
 
-The same store the relay uses (its pool of 8 connections, autocommit), one task
-per shard as the relay runs one worker per held shard, each looping: claim a batch
-(`outbox_claim_batch`, block_key policy) and settle it at once as published
-(`outbox_settle_delete`, fenced by the shard's lease), until every shard comes back
-empty. Nothing is sent anywhere: this is how fast Postgres lets the rows be claimed and
-deleted with these statements on this machine.
+The same store the relay uses (its pool, autocommit) and the relay's cycle: claim a batch
+for every shard in one statement (`outbox_claim_batch`, block_key policy) and settle it at
+once as published in one statement (`outbox_settle_delete`, or `outbox_settle_keep` with
+--keep; fenced by each shard's lease), until the claim comes back empty. Nothing is sent
+anywhere: this is how fast the database lets the rows be claimed and settled with these
+statements on this machine.
 
-    .venv/bin/python -m bench.ceiling --database-url URL [--batch-size 500]
+    .venv/bin/python -m bench.ceiling --database-url URL [--batch-size 500] [--keep]
 
 Prints one JSON line: first claim and last settle (epoch seconds), rows settled, and
 this process's CPU seconds and peak RSS.
@@ -30,7 +30,7 @@ from relay.database import DatabaseSettings, make_store
 OWNER = "bench-ceiling"
 
 
-async def drain(url: str, batch_size: int) -> dict[str, float]:
+async def drain(url: str, batch_size: int, keep: bool = False) -> dict[str, float]:
     store = make_store(DatabaseSettings(database_url=SecretStr(url)))
     await store.open()
     try:
@@ -45,19 +45,15 @@ async def drain(url: str, batch_size: int) -> dict[str, float]:
         cpu_first: list[float] = []
         settled = 0
 
-        async def worker(shard: int) -> None:
-            nonlocal settled
-            while True:
-                rows = await store.claim(shard, batch_size, "block_key")
-                if not rows:
-                    return
-                if not first:
-                    first.append(time.time())
-                    cpu_first.append(time.process_time())
-                await store.settle(shard, OWNER, tokens[shard], [r.id for r in rows], [], False)
-                settled += len(rows)
-
-        await asyncio.gather(*(worker(s) for s in range(shards)))
+        while True:
+            rows = await store.claim(list(tokens), batch_size, "block_key")
+            if not rows:
+                break
+            if not first:
+                first.append(time.time())
+                cpu_first.append(time.process_time())
+            await store.settle(OWNER, tokens, [r.id for r in rows], [], keep)
+            settled += len(rows)
         done = time.time()
         cpu_done = time.process_time()
         for shard, token in tokens.items():
@@ -78,8 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--database-url", required=True)
     p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--keep", action="store_true", help="mark rows published (retention=keep)")
     args = p.parse_args(argv)
-    result = asyncio.run(drain(args.database_url, args.batch_size))
+    result = asyncio.run(drain(args.database_url, args.batch_size, args.keep))
     print(json.dumps(result), flush=True)
     return 0
 

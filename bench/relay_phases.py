@@ -2,7 +2,7 @@
 
 Runs the relay in this process (RelayService, default settings) over the same kind of
 backlog as bench/relay_compare.py, with its store and publisher wrapped in timers; each
-shard worker is its own task, so a context variable follows one batch through claim,
+cycle runs as one task, so a context variable follows one batch through claim,
 enqueue and settle. Prints, per phase, the median and mean milliseconds per batch and the
 share of a batch's wall time.
 
@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,24 +51,23 @@ class TimedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]:
+    async def claim(self, shards: Sequence[int], limit: int, policy: Policy) -> list[ClaimedRow]:
         t0 = time.perf_counter()
-        rows = await self._inner.claim(shard, limit, policy)
+        rows = await self._inner.claim(shards, limit, policy)
         _BATCH.set({"t0": t0, "t1": time.perf_counter(), "rows": float(len(rows))})
         return rows
 
     async def settle(
         self,
-        shard: int,
         owner: str,
-        token: int,
+        tokens: Mapping[int, int],
         published_ids: Sequence[int],
         failures: Sequence[Failure],
         keep: bool,
     ) -> Settled:
         batch = _BATCH.get()
         batch["t4"] = time.perf_counter()
-        settled = await self._inner.settle(shard, owner, token, published_ids, failures, keep)
+        settled = await self._inner.settle(owner, tokens, published_ids, failures, keep)
         batch["t5"] = time.perf_counter()
         self._batches.append(batch)
         return settled

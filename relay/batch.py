@@ -1,7 +1,8 @@
-"""One relay step on one shard: claim a batch, publish it, settle it. No loop, no sleep.
+"""One relay step over every shard a replica holds: claim a batch (up to batch_size rows
+per shard, in one statement), publish it, settle it (in one statement). No loop, no sleep.
 
-`publish_batch` returns what it did; the shard worker (shard_worker.py) decides when to
-call it again. It writes nothing unless it still holds the shard's token (fenced settle).
+`publish_batch` returns what it did; the cycle (cycle.py) decides when to call it again.
+It writes nothing for a shard whose lease no longer carries its token (fenced settle).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, cast
 
@@ -30,7 +31,12 @@ MAX_ERROR_CHARS = 2000
 class BatchSettings(SettingsGroup):
     """How rows are claimed and what a failure costs them."""
 
-    batch_size: int = Field(default=500, ge=1, le=10_000, description="Rows claimed per batch.")
+    batch_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Rows claimed per shard per cycle (one cycle claims for every held shard).",
+    )
     max_attempts: int = Field(
         default=12, ge=1, description="Failed sends of one row before it is parked."
     )
@@ -73,14 +79,14 @@ class BatchRules:
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    shard: int
     claimed: int
     published: int = 0
     retried: int = 0
     parked: int = 0
     held_back: int = 0  # rows not sent because an earlier row of their key failed
     fatal_producer_error: bool = False
-    full: bool = False  # as many rows as asked for: more are probably waiting
+    full: bool = False  # a shard gave as many rows as asked for: more are probably waiting
+    lost: frozenset[int] = frozenset()  # shards whose lease was gone at the settle
     latency_s: float | None = None  # commit to ack of the oldest row published
     published_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
     failures_by_reason: dict[str, int] = field(default_factory=dict, repr=False)
@@ -134,8 +140,7 @@ def _failure(row: ClaimedRow, error: PublishFailed, settings: BatchSettings) -> 
 
 
 async def publish_batch(
-    shard: int,
-    token: int,
+    tokens: Mapping[int, int],
     *,
     store: Store,
     publisher: Publisher,
@@ -143,9 +148,9 @@ async def publish_batch(
 ) -> BatchOutcome:
     settings = rules.batch
     limit = rules.max_request_size
-    rows = await store.claim(shard, settings.batch_size, settings.failure_policy)
+    rows = await store.claim(list(tokens), settings.batch_size, settings.failure_policy)
     if not rows:
-        return BatchOutcome(shard, 0)
+        return BatchOutcome(0)
     block = settings.failure_policy == "block_key"
     failed_keys: set[str] = set()
     errors: dict[int, PublishFailed] = {}
@@ -218,7 +223,20 @@ async def publish_batch(
     by_id = {row.id: row for row in rows}
     published_set = set(published)
     failures = [_failure(by_id[i], err, settings) for i, err in charged.items()]
-    await store.settle(shard, rules.owner, token, published, failures, rules.keep)
+    claimed_shards = {row.shard for row in rows}
+    settled = await store.settle(
+        rules.owner,
+        {s: t for s, t in tokens.items() if s in claimed_shards},
+        published,
+        failures,
+        rules.keep,
+    )
+    if settled.lost:
+        # Those rows stay pending for the shard's new owner (published again: at least once).
+        lost_ids = {row.id for row in rows if row.shard in settled.lost}
+        published = [i for i in published if i not in lost_ids]
+        failures = [f for f in failures if f.id not in lost_ids]
+        published_set = set(published)
     parked = sum(1 for f in failures if f.park)
     by_topic: dict[str, int] = {}
     for row in rows:
@@ -228,15 +246,18 @@ async def publish_batch(
     for err in errors.values():
         reason = failure_reason(err)
         reasons[reason] = reasons.get(reason, 0) + 1
+    per_shard: dict[int, int] = {}
+    for row in rows:
+        per_shard[row.shard] = per_shard.get(row.shard, 0) + 1
     return BatchOutcome(
-        shard=shard,
         claimed=len(rows),
         published=len(published),
         retried=len(failures) - parked,
         parked=parked,
         held_back=held_back,
         fatal_producer_error=fatal,
-        full=len(rows) >= settings.batch_size,
+        full=max(per_shard.values()) >= settings.batch_size,
+        lost=settled.lost,
         latency_s=time.time() - oldest if published else None,
         published_by_topic=by_topic,
         failures_by_reason=reasons,

@@ -1,6 +1,6 @@
 """Relay settings: environment variables OUTBOX_<NAME>, or the same names as CLI flags.
 
-The settings are grouped (database, kafka, kafka_security, topics, batch, poll, probe,
+The settings are grouped (database, kafka, kafka_security, topics, batch, probe,
 leases, purge, gauges, notify, http, log); each part of the relay receives only its group. Names
 stay flat for users: OUTBOX_KAFKA_SECURITY_PROTOCOL, --lease-ttl-s (outbox_core.settings).
 Every field is documented in its group; `outbox-relay run --help` prints the same text.
@@ -35,7 +35,6 @@ from relay.kafka_settings import KafkaSettings
 from relay.leases import LeaseSettings
 from relay.notify import NotifySettings
 from relay.purge import PurgeSettings
-from relay.shard_worker import PollSettings
 from relay.wakeup import ProbeSettings
 
 ENV_PREFIX = "OUTBOX_"
@@ -81,7 +80,6 @@ class RelaySettings(BaseSettings):
         description="Number of shards; must equal the database's (outbox-relay migrate --shard-count).",
     )
     batch: BatchSettings = Field(default_factory=BatchSettings)
-    poll: PollSettings = Field(default_factory=PollSettings)
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     purge: PurgeSettings = Field(default_factory=PurgeSettings)

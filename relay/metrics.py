@@ -32,6 +32,12 @@ class RelayMetrics:
             "Batches where every send failed with a transport error (not counted on rows).",
             registry=r,
         )
+        self.held_back = Counter(
+            "outbox_relay_rows_held_back",
+            "Claimed rows not sent, to keep their key in order (an earlier row of the key "
+            "failed, or needs its ack first): claimed again by a later cycle.",
+            registry=r,
+        )
         self.batch_size = Histogram(
             "outbox_relay_batch_rows",
             "Rows claimed per non-empty batch.",

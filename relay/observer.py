@@ -16,6 +16,7 @@ class RelayStats:
     published: int = 0
     retried: int = 0
     parked: int = 0
+    held_back: int = 0
     batches: int = 0
     lease_losses: int = 0
     takeovers: int = 0
@@ -37,6 +38,9 @@ class RelayObserver:
         st.published += outcome.published
         st.retried += outcome.retried
         st.parked += outcome.parked
+        if outcome.held_back:
+            st.held_back += outcome.held_back
+            m.held_back.inc(outcome.held_back)
         if outcome.claimed:
             m.batch_size.observe(outcome.claimed)
         if outcome.published:

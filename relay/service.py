@@ -1,9 +1,9 @@
 """The relay service: start-up checks, then named, supervised loops until stop().
 
 Loops (each in its own module, with its settings and a run_once):
-- `leases` (leases.py): heartbeat, renew, rebalance; starts and stops shard workers.
-- `shard-N` (shard_worker.py): one per held shard, calling publish_batch (batch.py).
-- `probe` (wakeup.py): one statement every few milliseconds wakes the shards with rows.
+- `leases` (leases.py): heartbeat, renew, rebalance; adds and removes the cycle's shards.
+- `cycle` (cycle.py): claims for every held shard at once, publishes, settles
+  (publish_batch in batch.py), paced by wakeup.py.
 - `purge` (purge.py): retention of published rows and old idempotency keys.
 - `gauges` (gauges.py): the backlog gauges, so a scrape never queries the database.
 - `notify` (notify.py): optional LISTEN connection on Postgres for wake-up hints.
@@ -24,6 +24,7 @@ from outbox_core.ops_http import OpsServer, Probe
 from outbox_core.supervisor import RETRY_MAX_WAIT_S, Supervisor
 from relay.batch import BatchOutcome
 from relay.config import RelaySettings
+from relay.cycle import Cycle
 from relay.database import make_store
 from relay.errors import KafkaUnavailable, PublishFailed, RelayError, StoreUnavailable
 from relay.gauges import Gauges
@@ -34,9 +35,7 @@ from relay.preflight import check_database
 from relay.producer_keeper import ProducerKeeper
 from relay.publisher import KafkaPublisher, Publisher
 from relay.purge import Purger
-from relay.shard_worker import ShardWorkers
 from relay.store import Store
-from relay.wakeup import Prober
 
 log = logging.getLogger("relay")
 
@@ -60,8 +59,8 @@ class RelayService:
             supervisor=self.supervisor,
             observer=self.observer,
         )
-        self.workers = ShardWorkers(
-            s.poll,
+        self.cycle = Cycle(
+            s.probe,
             s.batch_rules(),
             store=self.store,
             producer=self.producer,
@@ -74,11 +73,10 @@ class RelayService:
             s.leases,
             shard_count=s.shard_count,
             store=store,
-            workers=self.workers,
+            cycle=self.cycle,
             observer=self.observer,
             supervisor=sup,
         )
-        self.prober = Prober(s.probe, store=store, workers=self.workers, supervisor=sup)
         self.purger = Purger(s.purge, store=store, supervisor=sup)
         self.gauges = Gauges(
             s.gauges, shard_count=s.shard_count, store=store, observer=self.observer, supervisor=sup
@@ -129,13 +127,13 @@ class RelayService:
                 },
             )
             sup.spawn("leases", self.leases.run)
-            sup.spawn("probe", self.prober.run)
+            sup.spawn("cycle", self.cycle.run)
             sup.spawn("purge", self.purger.run)
             if s.notify.listen_notify and self.store.dialect == "postgres":
                 url = s.database.url.url
                 sup.spawn(
                     "notify",
-                    lambda: listen(url, s.notify, supervisor=sup, wake=self.workers.wake),
+                    lambda: listen(url, s.notify, supervisor=sup, wake=self.cycle.wake),
                 )
             await sup.stopping.wait()
         finally:
@@ -163,14 +161,14 @@ class RelayService:
             problems.append("stopping")
         if problems:
             return Probe(False, "; ".join(problems))
-        return Probe(True, f"ok: {len(self.workers.held)} shard(s) held")
+        return Probe(True, f"ok: {len(self.cycle.held)} shard(s) held")
 
     # ------------------------------------------------------------------ shutdown
 
     async def _shutdown(self) -> None:
         s = self.settings
         self.supervisor.stop()
-        held = await self.workers.drain(s.shutdown_grace_s)
+        held = await self.cycle.drain(s.shutdown_grace_s)
         await self.supervisor.cancel_all()
         owner = s.leases.replica_id
         for shard, token in held.items():

@@ -18,7 +18,7 @@ from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.errors import MigrationError, OutboxError
 from outbox_core.executors import AsyncPool, Plan, Rows, Statement
-from relay.errors import LeaseLost, RelayError, StartupRefused, StoreUnavailable
+from relay.errors import RelayError, StartupRefused, StoreUnavailable
 from relay.sqlite_lock import RelayFileLock
 from relay.store import AppliedMigration, Backlog, ClaimedRow, Failure, Lease, Policy, Settled
 
@@ -28,22 +28,26 @@ def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep
         "outbox_settle_keep" if keep else "outbox_settle_delete", {**fence, **params}
     )
     held, published, failed = rows[0]
-    if not held:
-        raise LeaseLost(fence["shard"])
-    return Settled(int(published), int(failed))
+    return Settled(int(published), int(failed), frozenset(fence["shards"]) - set(held))
 
 
 def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
-    if not (yield Statement("lease_check", fence))[0][0]:
-        raise LeaseLost(fence["shard"])
-    shard = {"shard": fence["shard"]}
+    held = []
+    for shard, token in zip(fence["shards"], fence["tokens"], strict=True):
+        check = {"shard": shard, "owner": fence["owner"], "token": token}
+        if (yield Statement("lease_check", check))[0][0]:
+            held.append(shard)
+    lost = frozenset(fence["shards"]) - set(held)
+    if not held:
+        return Settled(0, 0, lost)
+    shards = {"shards": codec_for("sqlite").array(held)}
     published = yield Statement(
         "outbox_mark_published" if keep else "outbox_delete_published",
-        {**shard, "published_ids": params["published_ids"]},
+        {**shards, "published_ids": params["published_ids"]},
     )
     failures = {k: v for k, v in params.items() if k != "published_ids"}
-    failed = yield Statement("outbox_record_failures", {**shard, **failures})
-    return Settled(len(published), len(failed))
+    failed = yield Statement("outbox_record_failures", {**shards, **failures})
+    return Settled(len(published), len(failed), lost)
 
 
 SettleForm = Callable[[dict[str, Any], dict[str, Any], bool], Plan]
@@ -58,6 +62,24 @@ _NAMES: dict[Dialect, str] = {"postgres": "Postgres", "sqlite": "SQLite"}
 
 def _single(statement: Statement) -> Plan:
     return (yield statement)
+
+
+def _claim_in_one_statement(name: str, shards: list[int], limit: int) -> Plan:
+    return (yield Statement(name, {"shards": shards, "limit": limit}))
+
+
+def _claim_per_shard(name: str, shards: list[int], limit: int) -> Plan:
+    rows: list[Any] = []
+    for shard in shards:
+        rows.extend((yield Statement(name, {"shard": shard, "limit": limit})))
+    return rows
+
+
+ClaimForm = Callable[[str, list[int], int], Plan]
+CLAIM_FORMS: dict[Dialect, ClaimForm] = {
+    "postgres": _claim_in_one_statement,
+    "sqlite": _claim_per_shard,
+}
 
 
 class SqlStore:
@@ -77,6 +99,7 @@ class SqlStore:
         self._control = control or work
         self._codec = codec_for(self.dialect)
         self._settle = SETTLE_FORMS[self.dialect]
+        self._claim = CLAIM_FORMS[self.dialect]
         self._lock = file_lock
         self._sqlite_path = sqlite_path
 
@@ -139,17 +162,16 @@ class SqlStore:
     async def max_pending_shard(self) -> int:
         return int((await self._run(Statement("outbox_shard_max")))[0][0])
 
-    async def probe_ready(self, shards: Sequence[int]) -> set[int]:
+    async def claim(self, shards: Sequence[int], limit: int, policy: Policy) -> list[ClaimedRow]:
         if not shards:
-            return set()
-        rows = await self._run(
-            Statement("outbox_probe_ready", {"shards": self._codec.array(shards)}), control=True
-        )
-        return {int(r[0]) for r in rows}
-
-    async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]:
+            return []
         name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
-        rows = await self._run(Statement(name, {"shard": shard, "limit": limit}))
+        try:
+            rows = await self._work.run_plan(self._claim(name, list(shards), limit))
+        except RelayError:
+            raise
+        except OutboxError as exc:
+            raise _unavailable(name, exc) from exc
         return [ClaimedRow._make(r) for r in rows]
 
     async def backlog(self, shard_count: int) -> Backlog:
@@ -169,9 +191,8 @@ class SqlStore:
 
     async def settle(
         self,
-        shard: int,
         owner: str,
-        token: int,
+        tokens: Mapping[int, int],
         published_ids: Sequence[int],
         failures: Sequence[Failure],
         keep: bool,
@@ -184,7 +205,7 @@ class SqlStore:
             "delays_s": c.array([f.delay_s for f in failures]),
             "parks": c.array([f.park for f in failures]),
         }
-        fence = {"shard": shard, "owner": owner, "token": token}
+        fence = {"owner": owner, "shards": list(tokens), "tokens": list(tokens.values())}
         settled: Settled = await self._plan("settle", self._settle(fence, params, keep))
         return settled
 

@@ -20,6 +20,7 @@ class ClaimedRow(NamedTuple):
     """A claimed row as the database returns it (a NamedTuple: built per row, so cheap)."""
 
     id: int
+    shard: int
     event_id: str
     topic: str
     key: str
@@ -42,6 +43,7 @@ class Failure:
 class Settled:
     published: int
     failed: int
+    lost: frozenset[int] = frozenset()  # shards no longer ours: their rows were left alone
 
 
 @dataclass(frozen=True)
@@ -89,22 +91,22 @@ class Store(Protocol):
 
     async def max_pending_shard(self) -> int: ...
 
-    async def probe_ready(self, shards: Sequence[int]) -> set[int]:
-        """Which of these shards have a row to claim now (one cheap statement for all)."""
+    async def claim(self, shards: Sequence[int], limit: int, policy: Policy) -> list[ClaimedRow]:
+        """The next rows of each shard (at most limit per shard, each shard's in id order),
+        in one step for all of them; an idle relay's claim is its probe."""
         ...
-
-    async def claim(self, shard: int, limit: int, policy: Policy) -> list[ClaimedRow]: ...
 
     async def settle(
         self,
-        shard: int,
         owner: str,
-        token: int,
+        tokens: Mapping[int, int],
         published_ids: Sequence[int],
         failures: Sequence[Failure],
         keep: bool,
     ) -> Settled:
-        """Mark acked rows and record failures in one fenced step; LeaseLost if not ours."""
+        """Mark acked rows and record failures in one step, fenced per shard: rows of a
+        shard whose lease no longer carries our token are left alone and the shard is
+        reported in Settled.lost."""
         ...
 
     async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None: ...

@@ -82,7 +82,7 @@ async def test_a_key_spanning_record_batches_waits_for_its_earlier_rows(
 
             async def step() -> Any:
                 return await publish_batch(
-                    SHARD, token, store=store, publisher=publisher, rules=rules
+                    {SHARD: token}, store=store, publisher=publisher, rules=rules
                 )
 
             first = await step()

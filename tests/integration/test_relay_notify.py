@@ -1,6 +1,6 @@
 """The optional NOTIFY hint wakes an idle relay; its listener survives a killed connection.
 
-The relay is configured to idle for 30 s between polls, so an event that arrives within
+The relay is configured to idle for 30 s between cycles, so an event that arrives within
 the test's bound can only have been woken by the hint.
 """
 
@@ -50,9 +50,7 @@ async def test_notify_wakes_idle_shards_and_listener_reconnects(
         backend,
         kafka_bootstrap,
         listen_notify=True,
-        idle_interval_s=IDLE_S,
-        poll_interval_s=IDLE_S / 4,
-        probe_interval_s=IDLE_S,  # the probe would wake it first: out of the way here
+        probe_interval_s=IDLE_S,  # a cycle would find it first: out of the way here
         probe_idle_interval_s=IDLE_S,
     )
     async with running_relay(settings) as relay:
@@ -75,9 +73,7 @@ async def test_without_the_hint_an_idle_relay_waits(
         backend,
         kafka_bootstrap,
         listen_notify=True,
-        idle_interval_s=IDLE_S,
-        poll_interval_s=IDLE_S / 4,
-        probe_interval_s=IDLE_S,  # the probe would wake it first: out of the way here
+        probe_interval_s=IDLE_S,  # a cycle would find it first: out of the way here
         probe_idle_interval_s=IDLE_S,
     )
     async with running_relay(settings):

@@ -1,6 +1,7 @@
-"""The wake-up path on real Postgres and SQLite and real Kafka: an idle relay (shards that
-would otherwise wait 30 s between claims) is woken by the probe for a committed event, and
-a shard woken for rows it cannot claim does not spin on them."""
+"""The wake-up path on real Postgres and SQLite and real Kafka: the cycle's empty claim is
+the probe. An idle relay slows to probe_idle_interval_s and still finds a committed event
+within it; rows held back behind a parked row of their key are not claimed and do not keep
+the relay at its fast pace."""
 
 from __future__ import annotations
 
@@ -19,55 +20,59 @@ from tests.support.stores import emit, event, keys_on_shard, opened_store
 
 pytestmark = pytest.mark.integration
 
-IDLE_S = 30.0
 SHARD = 3
+IDLE_INTERVAL_S = 0.25
+PACE = {"probe_idle_interval_s": IDLE_INTERVAL_S, "probe_idle_after_s": 0.3}
 
 
-async def test_the_probe_wakes_an_idle_shard_for_a_committed_event(
+async def idle_cycles(cycles: list[BatchOutcome], seconds: float) -> int:
+    before = len(cycles)
+    await asyncio.sleep(seconds)
+    return len(cycles) - before
+
+
+async def test_an_idle_relay_slows_down_yet_finds_a_committed_event_at_once(
     backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
     topic = await new_topic("wakeup")
-    settings = relay_settings(
-        backend, kafka_bootstrap, idle_interval_s=IDLE_S, poll_interval_s=IDLE_S / 4
-    )
-    async with running_relay(settings) as relay:
+    cycles: list[BatchOutcome] = []
+    settings = relay_settings(backend, kafka_bootstrap, **PACE)
+    async with running_relay(settings, on_batch=cycles.append) as relay:
         for n in range(3):
-            await asyncio.sleep(1.0)  # every shard has claimed and is waiting
+            await asyncio.sleep(1.0)  # quiet: the relay is at its idle pace
+            # 2 s at the 5 ms pace would be ~400 cycles; at the idle pace about 8.
+            assert await idle_cycles(cycles, 2.0) <= 2.0 / IDLE_INTERVAL_S + 4
             (key,) = keys_on_shard(n, 1, prefix=f"w{n}")
             emit(backend, event(key, topic=topic))
             started = time.monotonic()
-            await wait_drained(backend, timeout=IDLE_S / 3)
-            # Woken, not found by the shard's 30-second claim.
-            assert time.monotonic() - started < IDLE_S / 3
+            await wait_drained(backend, timeout=10)
+            # Found by the next idle-paced cycle, not by a slow poll of one shard.
+            assert time.monotonic() - started < 10 * IDLE_INTERVAL_S
         assert relay.stats.published == 3
-        assert relay.prober.probes > 0
+        assert all(c.claimed <= 1 for c in cycles)
 
 
-async def test_a_shard_woken_for_rows_it_cannot_claim_is_not_woken_again_at_once(
+async def test_rows_held_back_behind_a_parked_row_do_not_keep_the_relay_busy(
     backend: Backend,
 ) -> None:
-    """A parked row holds its key's later row back: the probe sees a ready row, the claim
-    finds nothing. The shard is then left alone (poll_interval_s, doubling), instead of
-    being claimed every probe_interval_s."""
+    """A parked row holds its key's later row back: no cycle claims it, and the relay
+    slows to its idle pace as if the table were empty; another key of the shard flows."""
     key, other = keys_on_shard(SHARD, 2)
     emit(backend, event(key))
     async with opened_store(backend) as store:
         token = await store.lease_acquire(SHARD, "parker", 30)
         assert token is not None
-        (first,) = await store.claim(SHARD, 10, "block_key")
-        await store.settle(SHARD, "parker", token, [], [Failure(first.id, "x", 0.0, True)], False)
+        (first,) = await store.claim([SHARD], 10, "block_key")
+        await store.settle("parker", {SHARD: token}, [], [Failure(first.id, "x", 0.0, True)], False)
         await store.lease_release(SHARD, "parker", token)
-    emit(backend, event(key))  # held back behind the parked row, yet "ready" to the probe
-    claims: list[BatchOutcome] = []
-    settings = relay_settings(backend, "127.0.0.1:9092", idle_interval_s=1.0, poll_interval_s=0.05)
+    emit(backend, event(key))  # held back behind the parked row
+    cycles: list[BatchOutcome] = []
+    settings = relay_settings(backend, "127.0.0.1:9092", **PACE)
     publisher = MemoryPublisher()
-    async with running_relay(settings, publisher=publisher, on_batch=claims.append) as relay:
-        await asyncio.sleep(2.0)
-        on_shard = [c for c in claims if c.shard == SHARD]
-        # 2 s at one probe per 5 ms would be ~400 claims; quieted, it is a handful.
-        assert 1 <= len(on_shard) <= 20, len(on_shard)
-        assert all(c.claimed == 0 for c in on_shard)
-        # Another key of the shard still flows: its row wakes the shard once quiet ends.
+    async with running_relay(settings, publisher=publisher, on_batch=cycles.append) as relay:
+        await asyncio.sleep(1.0)
+        assert await idle_cycles(cycles, 2.0) <= 2.0 / IDLE_INTERVAL_S + 4
+        assert all(c.claimed == 0 for c in cycles)
         emit(backend, event(other))
         for _ in range(100):
             if relay.stats.published:

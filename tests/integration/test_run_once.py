@@ -11,7 +11,7 @@ import pytest
 
 from relay.batch import BatchOutcome, publish_batch
 from relay.config import RelaySettings
-from relay.errors import KafkaUnavailable, LeaseLost, PublishFailed
+from relay.errors import KafkaUnavailable, PublishFailed
 from relay.memory_publisher import MemoryPublisher
 from relay.publisher import OutgoingRecord
 from relay.store import Store
@@ -45,7 +45,7 @@ async def run(
     store: Store, publisher: MemoryPublisher, settings: RelaySettings, token: int
 ) -> BatchOutcome:
     return await publish_batch(
-        SHARD, token, store=store, publisher=publisher, rules=settings.batch_rules()
+        {SHARD: token}, store=store, publisher=publisher, rules=settings.batch_rules()
     )
 
 
@@ -99,7 +99,6 @@ async def test_a_batch_publishes_in_id_order_and_deletes_the_rows(
     token = await lease(store, settings)
 
     outcome = await run(store, publisher, settings, token)
-    assert outcome.shard == SHARD
     assert counts(outcome) == (4, 4, 0, 0, 0, False, False)
     assert outcome.latency_s is not None
     assert -1.0 < outcome.latency_s < 60.0
@@ -107,7 +106,7 @@ async def test_a_batch_publishes_in_id_order_and_deletes_the_rows(
     assert sent(publisher) == [eid[ids[0]], eid[ids[4]], eid[ids[1]], eid[ids[3]]]
     assert sorted(row_states(backend)) == [ids[2]]  # deleted; the other shard's row stays
 
-    assert await run(store, publisher, settings, token) == BatchOutcome(SHARD, 0)
+    assert await run(store, publisher, settings, token) == BatchOutcome(0)
     assert len(publisher.sent) == 4
 
 
@@ -141,7 +140,7 @@ async def test_keep_retention_marks_rows_published(backend: Backend, store: Stor
     states = row_states(backend)
     assert sorted(states) == ids
     assert all(s.published and s.attempts == 0 for s in states.values())
-    assert await run(store, publisher, settings, token) == BatchOutcome(SHARD, 0)
+    assert await run(store, publisher, settings, token) == BatchOutcome(0)
     assert len(publisher.sent) == 3
 
 
@@ -308,7 +307,7 @@ async def test_refusal_at_enqueue_holds_back_later_rows_of_its_key(
     assert sorted(states) == [a1, a2]
     assert (states[a1].attempts, states[a1].last_error) == (1, "queue full")
     assert (states[a2].attempts, states[a2].last_error) == (0, None)  # not tried, not charged
-    assert await run(store, publisher, settings, token) == BatchOutcome(SHARD, 0)
+    assert await run(store, publisher, settings, token) == BatchOutcome(0)
 
     await asyncio.sleep(HOLD + 0.1)
     publisher.refuse = None
@@ -371,7 +370,7 @@ async def test_a_fatal_producer_error_is_reported(
     assert sorted(row_states(backend)) == [b1]
 
 
-async def test_a_wrong_token_raises_lease_lost_and_deletes_nothing(
+async def test_a_wrong_token_settles_nothing_and_reports_the_shard_lost(
     backend: Backend, store: Store
 ) -> None:
     a, b = keys_on_shard(SHARD, 2)
@@ -383,19 +382,24 @@ async def test_a_wrong_token_raises_lease_lost_and_deletes_nothing(
     token = await lease(store, settings)
     before = snapshot(backend)
 
-    with pytest.raises(LeaseLost) as info:
-        await run(store, publisher, settings, token + 1)
-    assert info.value.shard == SHARD
+    outcome = await run(store, publisher, settings, token + 1)
+    assert outcome.lost == {SHARD}
+    assert (outcome.claimed, outcome.published, outcome.retried) == (2, 0, 0)
     assert snapshot(backend) == before
 
-    # A shard leased by another replica: its token does not make the write ours.
+    # A shard leased by another replica: its token does not make the write ours, and the
+    # shards still ours in the same cycle are settled.
     other = await store.lease_acquire(OTHER, "relay-other", 30)
     assert other is not None
-    with pytest.raises(LeaseLost):
-        await publish_batch(
-            OTHER, other, store=store, publisher=publisher, rules=settings.batch_rules()
-        )
-    assert snapshot(backend) == before
+    outcome = await publish_batch(
+        {SHARD: token, OTHER: other},
+        store=store,
+        publisher=publisher,
+        rules=settings.batch_rules(),
+    )
+    assert outcome.lost == {OTHER}
+    assert (outcome.claimed, outcome.published, outcome.retried) == (3, 1, 1)
+    assert sorted(row_states(backend)) == [a1, _x1]
 
 
 async def test_a_topic_level_failure_of_a_whole_batch_is_charged_not_a_kafka_outage(

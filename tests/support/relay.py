@@ -23,8 +23,6 @@ from tests.support.processes import ChildProcess
 FAST: dict[str, Any] = {
     "lease_ttl_s": 3.0,
     "heartbeat_interval_s": 0.5,
-    "poll_interval_s": 0.02,
-    "idle_interval_s": 0.2,
     "backoff_base_s": 0.2,
     "backoff_max_s": 2.0,
     "shutdown_grace_s": 10.0,

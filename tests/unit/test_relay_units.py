@@ -307,7 +307,7 @@ def test_every_setting_keeps_its_flat_environment_name(monkeypatch: pytest.Monke
         "OUTBOX_TOPIC_MAP": '{"orders": "sales.orders"}',
         "OUTBOX_SHARD_COUNT": "32",
         "OUTBOX_BATCH_SIZE": "250",
-        "OUTBOX_POLL_INTERVAL_S": "0.01",
+        "OUTBOX_PROBE_INTERVAL_S": "0.01",
         "OUTBOX_LEASE_TTL_S": "20",
         "OUTBOX_REPLICA_ID": "r-1",
         "OUTBOX_RETENTION": "keep",
@@ -325,7 +325,7 @@ def test_every_setting_keeps_its_flat_environment_name(monkeypatch: pytest.Monke
     assert s.kafka_security.security_protocol == "PLAINTEXT"
     assert (s.kafka.client_id, s.kafka.max_batch_bytes) == ("relay-7", 65536)
     assert s.topics.kafka_topic("orders") == "prod.sales.orders"
-    assert (s.shard_count, s.batch.batch_size, s.poll.poll_interval_s) == (32, 300, 0.01)
+    assert (s.shard_count, s.batch.batch_size, s.probe.interval_s) == (32, 300, 0.01)
     assert (s.leases.lease_ttl_s, s.leases.replica_id) == (20.0, "r-1")
     assert (s.purge.keep, s.purge.purge_batch_size) == (True, 10)
     assert (s.notify.listen_notify, s.http.port, s.gauges.interval_s) == (True, 9999, 3.0)

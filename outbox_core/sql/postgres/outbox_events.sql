@@ -51,68 +51,69 @@ ORDER BY e.ord;
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
--- name: outbox_probe_ready
--- Which of the given shards have a row to claim now: one short walk of the partial index
--- of unpublished rows per shard, stopping at the first ready row. The relay runs it every
--- few milliseconds for all the shards it holds, instead of each shard polling.
-SELECT s FROM unnest(%(shards)s::smallint[]) AS s
-WHERE EXISTS (
-    SELECT 1 FROM outbox_events e
-    WHERE e.shard = s AND e.published_at IS NULL
-      AND e.status = 'pending' AND e.available_at <= now()
-);
-
 -- name: outbox_claim_batch
--- The next rows of one shard in id order (status-based: never an id cursor, which
--- would skip rows whose transactions commit out of id order). block_key policy: a row
--- waits while an earlier row of its key is parked or backing off after a failure.
--- Delayed rows (attempts = 0) do not block their key. Payload and headers are passed
--- through as bytes and text; the relay never decodes them.
-SELECT e.id, e.event_id::text, e.topic, e.key, e.event_type, e.payload, e.headers::text,
-       e.attempts, extract(epoch FROM e.created_at)::float8
-FROM outbox_events e
-WHERE e.shard = %(shard)s
-  AND e.published_at IS NULL
-  AND e.status = 'pending'
-  AND e.available_at <= now()
-  AND NOT EXISTS (
-      SELECT 1 FROM outbox_events b
-      WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
-        AND b.published_at IS NULL
-        -- Implied by the next line; written out because it is the predicate of the
-        -- partial index outbox_events_blocking_idx, which the planner uses only when a
-        -- query states it.
-        AND (b.status = 'parked' OR b.attempts > 0)
-        AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
-  )
-ORDER BY e.id
-LIMIT %(limit)s;
+-- The next rows of each given shard, up to limit per shard, each shard's rows in id
+-- order: one statement claims for every shard a relay holds (one index walk per shard,
+-- stopping after limit rows). Status-based: never an id cursor, which would skip rows
+-- whose transactions commit out of id order. block_key policy: a row waits while an
+-- earlier row of its key is parked or backing off after a failure. Delayed rows
+-- (attempts = 0) do not block their key. Payload and headers are passed through as bytes
+-- and text; the relay never decodes them.
+SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
+CROSS JOIN LATERAL (
+    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+    FROM outbox_events e
+    WHERE e.shard = s.shard
+      AND e.published_at IS NULL
+      AND e.status = 'pending'
+      AND e.available_at <= now()
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox_events b
+          WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+            AND b.published_at IS NULL
+            -- Implied by the next line; written out because it is the predicate of the
+            -- partial index outbox_events_blocking_idx, which the planner uses only when
+            -- a query states it.
+            AND (b.status = 'parked' OR b.attempts > 0)
+            AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
+      )
+    ORDER BY e.id
+    LIMIT %(limit)s
+) AS c;
 
 -- name: outbox_claim_batch_skip
 -- skip policy: failed and parked rows hold nothing back.
-SELECT e.id, e.event_id::text, e.topic, e.key, e.event_type, e.payload, e.headers::text,
-       e.attempts, extract(epoch FROM e.created_at)::float8
-FROM outbox_events e
-WHERE e.shard = %(shard)s
-  AND e.published_at IS NULL
-  AND e.status = 'pending'
-  AND e.available_at <= now()
-ORDER BY e.id
-LIMIT %(limit)s;
+SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
+CROSS JOIN LATERAL (
+    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+    FROM outbox_events e
+    WHERE e.shard = s.shard
+      AND e.published_at IS NULL
+      AND e.status = 'pending'
+      AND e.available_at <= now()
+    ORDER BY e.id
+    LIMIT %(limit)s
+) AS c;
 
 -- name: outbox_settle_delete
--- One statement settles a batch: acked rows are deleted, failed rows get their attempt,
--- error and next time (or are parked). The lease row is locked FOR SHARE and must still
--- carry our token: a takeover (which updates that row) either committed first, and we
--- change nothing, or waits for us to commit. Returns (lease_held, settled, failed).
+-- One statement settles a cycle over many shards: acked rows are deleted, failed rows
+-- get their attempt, error and next time (or are parked). Each shard's lease row is
+-- locked FOR SHARE and must still carry our token: a takeover (which updates that row)
+-- either committed first, and that shard's rows are left alone, or waits for us to
+-- commit. Returns (shards still held, settled, failed).
 WITH lease AS (
-    SELECT shard FROM outbox_relay_leases
-    WHERE shard = %(shard)s AND owner = %(owner)s AND token = %(token)s
-    FOR SHARE
+    SELECT l.shard FROM outbox_relay_leases l
+    JOIN unnest(%(shards)s::smallint[], %(tokens)s::bigint[]) AS t(shard, token)
+      ON l.shard = t.shard AND l.token = t.token
+    WHERE l.owner = %(owner)s
+    FOR SHARE OF l
 ),
 done AS (
-    DELETE FROM outbox_events e USING lease
-    WHERE e.shard = lease.shard AND e.id = ANY(%(published_ids)s::bigint[])
+    DELETE FROM outbox_events e
+    WHERE e.id = ANY(%(published_ids)s::bigint[])
+      AND e.shard IN (SELECT shard FROM lease)
     RETURNING 1
 ),
 failed AS (
@@ -121,25 +122,27 @@ failed AS (
         last_error = f.error,
         available_at = now() + f.delay_s * interval '1 second',
         status = CASE WHEN f.park THEN 'parked' ELSE 'pending' END
-    FROM lease,
-         unnest(%(failed_ids)s::bigint[], %(errors)s::text[], %(delays_s)s::float8[],
+    FROM unnest(%(failed_ids)s::bigint[], %(errors)s::text[], %(delays_s)s::float8[],
                 %(parks)s::bool[]) AS f(id, error, delay_s, park)
-    WHERE e.shard = lease.shard AND e.id = f.id
+    WHERE e.id = f.id AND e.shard IN (SELECT shard FROM lease)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
+SELECT coalesce((SELECT array_agg(shard::int) FROM lease), '{}'),
+       (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
 
 -- name: outbox_settle_keep
 -- As outbox_settle_delete, but acked rows stay, marked published, until retention.
 WITH lease AS (
-    SELECT shard FROM outbox_relay_leases
-    WHERE shard = %(shard)s AND owner = %(owner)s AND token = %(token)s
-    FOR SHARE
+    SELECT l.shard FROM outbox_relay_leases l
+    JOIN unnest(%(shards)s::smallint[], %(tokens)s::bigint[]) AS t(shard, token)
+      ON l.shard = t.shard AND l.token = t.token
+    WHERE l.owner = %(owner)s
+    FOR SHARE OF l
 ),
 done AS (
     UPDATE outbox_events e SET published_at = now()
-    FROM lease
-    WHERE e.shard = lease.shard AND e.id = ANY(%(published_ids)s::bigint[])
+    WHERE e.id = ANY(%(published_ids)s::bigint[])
+      AND e.shard IN (SELECT shard FROM lease)
     RETURNING 1
 ),
 failed AS (
@@ -148,13 +151,13 @@ failed AS (
         last_error = f.error,
         available_at = now() + f.delay_s * interval '1 second',
         status = CASE WHEN f.park THEN 'parked' ELSE 'pending' END
-    FROM lease,
-         unnest(%(failed_ids)s::bigint[], %(errors)s::text[], %(delays_s)s::float8[],
+    FROM unnest(%(failed_ids)s::bigint[], %(errors)s::text[], %(delays_s)s::float8[],
                 %(parks)s::bool[]) AS f(id, error, delay_s, park)
-    WHERE e.shard = lease.shard AND e.id = f.id
+    WHERE e.id = f.id AND e.shard IN (SELECT shard FROM lease)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
+SELECT coalesce((SELECT array_agg(shard::int) FROM lease), '{}'),
+       (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.

@@ -10,18 +10,11 @@ VALUES (:event_id, :topic, :key, :shard, :event_type, :payload, :headers,
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
--- name: outbox_probe_ready
--- See the Postgres twin; shards is a JSON array.
-SELECT s.value FROM json_each(:shards) AS s
-WHERE EXISTS (
-    SELECT 1 FROM outbox_events e
-    WHERE e.shard = s.value AND e.published_at IS NULL
-      AND e.status = 'pending' AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-);
-
 -- name: outbox_claim_batch
 -- See the Postgres twin for the rules (status-based, block_key policy, no decoding).
-SELECT e.id, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+-- SQLite has no LATERAL: the store runs this once per shard, all in one hop to the
+-- database thread (in-process, so a statement per shard costs no round trip).
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
        e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
 FROM outbox_events e
 WHERE e.shard = :shard
@@ -42,7 +35,7 @@ ORDER BY e.id
 LIMIT :limit;
 
 -- name: outbox_claim_batch_skip
-SELECT e.id, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
        e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
 FROM outbox_events e
 WHERE e.shard = :shard
@@ -53,15 +46,18 @@ ORDER BY e.id
 LIMIT :limit;
 
 -- name: outbox_delete_published
--- The settle, in steps inside database_begin_immediate after lease_check (the write
--- lock is the fence); each returns a row per row changed.
+-- The settle, in steps inside database_begin_immediate after lease_check of each shard
+-- (the write lock is the fence); shards is the JSON array of those still held. Each
+-- returns a row per row changed.
 DELETE FROM outbox_events
-WHERE shard = :shard AND id IN (SELECT value FROM json_each(:published_ids))
+WHERE id IN (SELECT value FROM json_each(:published_ids))
+  AND shard IN (SELECT value FROM json_each(:shards))
 RETURNING 1;
 
 -- name: outbox_mark_published
 UPDATE outbox_events SET published_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE shard = :shard AND id IN (SELECT value FROM json_each(:published_ids))
+WHERE id IN (SELECT value FROM json_each(:published_ids))
+  AND shard IN (SELECT value FROM json_each(:shards))
 RETURNING 1;
 
 -- name: outbox_record_failures
@@ -78,7 +74,8 @@ FROM (
     JOIN json_each(:delays_s) AS d USING (key)
     JOIN json_each(:parks) AS p USING (key)
 ) AS f
-WHERE outbox_events.shard = :shard AND outbox_events.id = f.id
+WHERE outbox_events.id = f.id
+  AND outbox_events.shard IN (SELECT value FROM json_each(:shards))
 RETURNING 1;
 
 -- name: outbox_purge_published
