@@ -51,9 +51,11 @@ class TimedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def claim(self, shards: Sequence[int], limit: int, policy: Policy) -> list[ClaimedRow]:
+    async def claim(
+        self, shards: Sequence[int], limit: int, policy: Policy, in_flight: Sequence[int] = ()
+    ) -> list[ClaimedRow]:
         t0 = time.perf_counter()
-        rows = await self._inner.claim(shards, limit, policy)
+        rows = await self._inner.claim(shards, limit, policy, in_flight)
         _BATCH.set({"t0": t0, "t1": time.perf_counter(), "rows": float(len(rows))})
         return rows
 

@@ -1,18 +1,19 @@
-"""One relay step over every shard a replica holds: claim a batch (up to batch_size rows
-per shard, in one statement), publish it, settle it (in one statement). No loop, no sleep.
+"""One relay step over every shard a replica holds, in two halves: `send_batch` claims a
+batch (up to batch_size rows per shard, in one statement), hands it to Kafka and waits for
+the acks; `settle_batch` marks it (one statement). No loop, no sleep.
 
-`publish_batch` returns what it did; the cycle (cycle.py) decides when to call it again.
-It writes nothing for a shard whose lease no longer carries its token (fenced settle).
+`publish_batch` is both halves in turn. The cycle (cycle.py) runs the next send while the
+previous settle is in flight. Nothing is written for a shard whose lease no longer
+carries its token (fenced settle).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, cast
@@ -23,6 +24,7 @@ from outbox_core.settings import SettingsGroup
 from relay.errors import KafkaUnavailable, PublishFailed
 from relay.kafka_errors import classify
 from relay.publisher import HELD, OutgoingRecord, Publisher
+from relay.records import to_record, too_large
 from relay.store import ClaimedRow, Failure, Store
 
 MAX_ERROR_CHARS = 2000
@@ -92,31 +94,6 @@ class BatchOutcome:
     failures_by_reason: dict[str, int] = field(default_factory=dict, repr=False)
 
 
-@functools.lru_cache(maxsize=1024)
-def _headers(headers_json: str) -> tuple[tuple[str, bytes], ...]:
-    # Rows of one producer usually carry the same few header sets: parse each once.
-    parsed = json.loads(headers_json)
-    return tuple((str(k), str(v).encode()) for k, v in parsed.items())
-
-
-@functools.lru_cache(maxsize=1024)
-def _type_header(event_type: str) -> tuple[str, bytes]:
-    return ("event_type", event_type.encode())
-
-
-def to_record(row: ClaimedRow, topic: str) -> OutgoingRecord:
-    return OutgoingRecord(
-        topic,
-        row.key.encode(),
-        row.payload,
-        [
-            ("event_id", row.event_id.encode()),
-            _type_header(row.event_type),
-            *_headers(row.headers_json),
-        ],
-    )
-
-
 _REASON = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,63}$")
 
 
@@ -139,50 +116,74 @@ def _failure(row: ClaimedRow, error: PublishFailed, settings: BatchSettings) -> 
     return Failure(row.id, str(error)[:MAX_ERROR_CHARS], backoff_s(row.attempts, settings), park)
 
 
-async def publish_batch(
+@dataclass
+class Sent:
+    """A batch claimed and sent, its acks in, not settled yet (send_batch's result)."""
+
+    tokens: dict[int, int]  # the leases of the shards its rows came from
+    rows: list[ClaimedRow]
+    published: list[ClaimedRow]
+    errors: dict[int, PublishFailed]  # by row id
+    failures: list[Failure]  # the errors charged to their rows
+    held_back: int
+    fatal: bool
+    full: bool
+
+    @property
+    def in_flight(self) -> list[int]:
+        """Rows the settle will write: a claim made meanwhile must leave them out."""
+        return [row.id for row in self.published] + [f.id for f in self.failures]
+
+    def blocked_keys(self, policy: str) -> set[str]:
+        """Keys whose later rows must wait for this settle: under block_key, those with a
+        failure the database does not know of yet."""
+        if policy != "block_key":
+            return set()
+        by_id = {row.id: row for row in self.rows}
+        return {by_id[f.id].key for f in self.failures}
+
+
+async def send_batch(
     tokens: Mapping[int, int],
     *,
     store: Store,
     publisher: Publisher,
     rules: BatchRules,
-) -> BatchOutcome:
+    after: Sent | None = None,
+) -> Sent | None:
+    """Claim for these shards, send, wait for the acks; None when nothing was due. after:
+    the previous batch, acked and being settled: its rows are left out of the claim and
+    its failed keys held back (their failures are not in the database yet)."""
     settings = rules.batch
-    limit = rules.max_request_size
-    rows = await store.claim(list(tokens), settings.batch_size, settings.failure_policy)
-    if not rows:
-        return BatchOutcome(0)
     block = settings.failure_policy == "block_key"
-    failed_keys: set[str] = set()
+    in_flight = after.in_flight if after is not None else []
+    rows = await store.claim(list(tokens), settings.batch_size, settings.failure_policy, in_flight)
+    if not rows:
+        return None
+    failed_keys = after.blocked_keys(settings.failure_policy) if after is not None else set()
     errors: dict[int, PublishFailed] = {}
     held_back = 0
     outgoing: list[tuple[ClaimedRow, OutgoingRecord]] = []
+    limit = rules.max_request_size
     topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
     for row in rows:
         if block and row.key in failed_keys:
             held_back += 1  # stays pending; the next claim waits behind its failed row
             continue
         record = to_record(row, topic_of[row.topic])
-        # An upper bound first (a character is at most 4 UTF-8 bytes; header names and
-        # values never exceed their JSON text; event_id and event_type add 54 bytes plus
-        # the type): only rows near the limit pay for the exact size.
-        if (
-            len(record.value)
-            + len(record.key)
-            + 4 * (len(row.headers_json) + len(row.event_type))
-            + 64
-            > limit
-            and (size := record.size) > limit
-        ):
+        if too_large(record, row, limit):
             # Known before sending: refuse it here so nothing later of its key goes out.
             errors[row.id] = PublishFailed(
-                f"RecordTooLarge: record of {size} bytes exceeds kafka_max_request_size ({limit})",
+                f"RecordTooLarge: record of {record.size} bytes exceeds "
+                f"kafka_max_request_size ({limit})",
                 retriable=False,
             )
             failed_keys.add(row.key)
             continue
         outgoing.append((row, record))
     handed = await publisher.enqueue_batch([record for _, record in outgoing])
-    acks: list[tuple[ClaimedRow, Awaitable[None]]] = []
+    # Records of one record batch share one ack: wait on each ack once, with its rows.
+    batches: dict[int, tuple[Awaitable[None], list[ClaimedRow]]] = {}
     fatal = False
     for (row, _), item in zip(outgoing, handed, strict=True):
         if item is HELD:
@@ -195,70 +196,85 @@ async def publish_batch(
                 continue
             errors[row.id] = item
             failed_keys.add(row.key)
+            continue
+        ack = cast(Awaitable[None], item)
+        batch = batches.get(id(ack))
+        if batch is None:
+            batches[id(ack)] = (ack, [row])
         else:
-            acks.append((row, cast(Awaitable[None], item)))
-    results = await asyncio.gather(*(ack for _, ack in acks), return_exceptions=True)
-    published: list[int] = []
-    oldest = float("inf")
+            batch[1].append(row)
+    results = await asyncio.gather(*(ack for ack, _ in batches.values()), return_exceptions=True)
+    published: list[ClaimedRow] = []
     # A key's rows of one claim share one ack (one record batch): they are published or
     # failed together, so none is acked after an earlier one of its key failed.
-    for (row, _), result in zip(acks, results, strict=True):
-        if isinstance(result, BaseException):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            err = classify(result)
+    for (_, members), result in zip(batches.values(), results, strict=True):
+        if not isinstance(result, BaseException):
+            published += members
+            continue
+        if isinstance(result, asyncio.CancelledError):
+            raise result
+        err = classify(result)
+        fatal = fatal or err.fatal
+        for row in members:
             errors[row.id] = err
-            fatal = fatal or err.fatal
             failed_keys.add(row.key)
-        else:
-            published.append(row.id)
-            oldest = min(oldest, row.created_at)
     # A broken producer is not the rows' fault: they stay pending, uncharged. When nothing
     # got through and every failure is the transport's, Kafka as a whole is away: nothing
-    # is charged and the shard backs off. A topic-level error (unknown topic) is charged to
-    # its rows even then, so a missing topic cannot hold the whole shard back.
-    charged = {i: e for i, e in errors.items() if not e.fatal}
+    # is charged and the cycle backs off. A topic-level error (unknown topic) is charged
+    # to its rows even then, so a missing topic cannot hold the whole shard back.
     if errors and not published and all(e.transport or e.fatal for e in errors.values()):
         raise KafkaUnavailable(next(iter(errors.values())))
-    by_id = {row.id: row for row in rows}
-    published_set = set(published)
-    failures = [_failure(by_id[i], err, settings) for i, err in charged.items()]
-    claimed_shards = {row.shard for row in rows}
+    by_id = {row.id: row for row in rows} if errors else {}
+    per_shard = Counter(row.shard for row in rows)
+    return Sent(
+        tokens={s: t for s, t in tokens.items() if s in per_shard},
+        rows=rows,
+        published=published,
+        errors=errors,
+        failures=[_failure(by_id[i], e, settings) for i, e in errors.items() if not e.fatal],
+        held_back=held_back,
+        fatal=fatal,
+        full=max(per_shard.values()) >= settings.batch_size,
+    )
+
+
+async def settle_batch(sent: Sent, *, store: Store, rules: BatchRules) -> BatchOutcome:
+    """Mark the published rows and record the failures, fenced per shard."""
+    published, failures = sent.published, sent.failures
     settled = await store.settle(
-        rules.owner,
-        {s: t for s, t in tokens.items() if s in claimed_shards},
-        published,
-        failures,
-        rules.keep,
+        rules.owner, sent.tokens, [row.id for row in published], failures, rules.keep
     )
     if settled.lost:
         # Those rows stay pending for the shard's new owner (published again: at least once).
-        lost_ids = {row.id for row in rows if row.shard in settled.lost}
-        published = [i for i in published if i not in lost_ids]
-        failures = [f for f in failures if f.id not in lost_ids]
-        published_set = set(published)
+        lost = settled.lost
+        shard_of = {row.id: row.shard for row in sent.rows}
+        published = [row for row in published if row.shard not in lost]
+        failures = [f for f in failures if shard_of[f.id] not in lost]
     parked = sum(1 for f in failures if f.park)
-    by_topic: dict[str, int] = {}
-    for row in rows:
-        if row.id in published_set:
-            by_topic[row.topic] = by_topic.get(row.topic, 0) + 1
-    reasons: dict[str, int] = {}
-    for err in errors.values():
-        reason = failure_reason(err)
-        reasons[reason] = reasons.get(reason, 0) + 1
-    per_shard: dict[int, int] = {}
-    for row in rows:
-        per_shard[row.shard] = per_shard.get(row.shard, 0) + 1
     return BatchOutcome(
-        claimed=len(rows),
+        claimed=len(sent.rows),
         published=len(published),
         retried=len(failures) - parked,
         parked=parked,
-        held_back=held_back,
-        fatal_producer_error=fatal,
-        full=max(per_shard.values()) >= settings.batch_size,
+        held_back=sent.held_back,
+        fatal_producer_error=sent.fatal,
+        full=sent.full,
         lost=settled.lost,
-        latency_s=time.time() - oldest if published else None,
-        published_by_topic=by_topic,
-        failures_by_reason=reasons,
+        latency_s=time.time() - min(row.created_at for row in published) if published else None,
+        published_by_topic=dict(Counter(row.topic for row in published)),
+        failures_by_reason=dict(Counter(failure_reason(e) for e in sent.errors.values())),
     )
+
+
+async def publish_batch(
+    tokens: Mapping[int, int],
+    *,
+    store: Store,
+    publisher: Publisher,
+    rules: BatchRules,
+) -> BatchOutcome:
+    """One whole step: send_batch, then settle_batch."""
+    sent = await send_batch(tokens, store=store, publisher=publisher, rules=rules)
+    if sent is None:
+        return BatchOutcome(0)
+    return await settle_batch(sent, store=store, rules=rules)

@@ -200,17 +200,9 @@ class KafkaPublisher:
         for n, (i, record) in enumerate(items):
             if record.key in held:
                 continue  # HELD: its key's earlier records are in a batch of their own
-            if record.size > largest:
-                # Its later records are HELD, not refused: they are not too large, and
-                # whether they may go ahead of it is the failure policy's to decide.
-                held.add(record.key)
-                results[i] = PublishFailed(
-                    f"RecordTooLarge: record of {record.size} bytes exceeds what topic "
-                    f"{topic} accepts (max.message.bytes {size})",
-                    retriable=False,
-                )
-                continue
-            if _append(builder, record) is None:  # full: submit it, start the next
+            # A builder takes any first record, however large; only a first record needs
+            # its size checked (a later one that does not fit starts the next batch).
+            if members and _append(builder, record) is None:  # full: submit it
                 failed = await self._submit(producer, builder, topic, partition, members, results)
                 if failed is not None:
                     # Nothing later of this partition may overtake the refused batch.
@@ -221,6 +213,17 @@ class KafkaPublisher:
                 builder, members, in_batch = self._builder(producer, size), [], set()
                 if record.key in held:
                     continue  # HELD
+            if not members:
+                if record.size > largest:
+                    # Its later records are HELD, not refused: they are not too large, and
+                    # whether they may go ahead of it is the failure policy's to decide.
+                    held.add(record.key)
+                    results[i] = PublishFailed(
+                        f"RecordTooLarge: record of {record.size} bytes exceeds what topic "
+                        f"{topic} accepts (max.message.bytes {size})",
+                        retriable=False,
+                    )
+                    continue
                 _append(builder, record)
             members.append(i)
             in_batch.add(record.key)

@@ -64,18 +64,18 @@ def _single(statement: Statement) -> Plan:
     return (yield statement)
 
 
-def _claim_in_one_statement(name: str, shards: list[int], limit: int) -> Plan:
-    return (yield Statement(name, {"shards": shards, "limit": limit}))
+def _claim_in_one_statement(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
+    return (yield Statement(name, {"shards": shards, **params}))
 
 
-def _claim_per_shard(name: str, shards: list[int], limit: int) -> Plan:
+def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
     rows: list[Any] = []
     for shard in shards:
-        rows.extend((yield Statement(name, {"shard": shard, "limit": limit})))
+        rows.extend((yield Statement(name, {"shard": shard, **params})))
     return rows
 
 
-ClaimForm = Callable[[str, list[int], int], Plan]
+ClaimForm = Callable[[str, list[int], dict[str, Any]], Plan]
 CLAIM_FORMS: dict[Dialect, ClaimForm] = {
     "postgres": _claim_in_one_statement,
     "sqlite": _claim_per_shard,
@@ -162,12 +162,15 @@ class SqlStore:
     async def max_pending_shard(self) -> int:
         return int((await self._run(Statement("outbox_shard_max")))[0][0])
 
-    async def claim(self, shards: Sequence[int], limit: int, policy: Policy) -> list[ClaimedRow]:
+    async def claim(
+        self, shards: Sequence[int], limit: int, policy: Policy, in_flight: Sequence[int] = ()
+    ) -> list[ClaimedRow]:
         if not shards:
             return []
         name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
+        params = {"limit": limit, "in_flight": self._codec.array(in_flight)}
         try:
-            rows = await self._work.run_plan(self._claim(name, list(shards), limit))
+            rows = await self._work.run_plan(self._claim(name, list(shards), params))
         except RelayError:
             raise
         except OutboxError as exc:

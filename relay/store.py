@@ -91,9 +91,12 @@ class Store(Protocol):
 
     async def max_pending_shard(self) -> int: ...
 
-    async def claim(self, shards: Sequence[int], limit: int, policy: Policy) -> list[ClaimedRow]:
+    async def claim(
+        self, shards: Sequence[int], limit: int, policy: Policy, in_flight: Sequence[int] = ()
+    ) -> list[ClaimedRow]:
         """The next rows of each shard (at most limit per shard, each shard's in id order),
-        in one step for all of them; an idle relay's claim is its probe."""
+        in one step for all of them, leaving out the rows in_flight (sent, not settled
+        yet); an idle relay's claim is its probe."""
         ...
 
     async def settle(

@@ -58,7 +58,9 @@ SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 -- whose transactions commit out of id order. block_key policy: a row waits while an
 -- earlier row of its key is parked or backing off after a failure. Delayed rows
 -- (attempts = 0) do not block their key. Payload and headers are passed through as bytes
--- and text; the relay never decodes them.
+-- and text; the relay never decodes them. in_flight: ids of the previous cycle, sent and
+-- acked but not settled yet (the cycle claims again while that settle runs); a hashed
+-- subplan, so each candidate row costs one lookup.
 SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
 CROSS JOIN LATERAL (
     SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
@@ -68,6 +70,7 @@ CROSS JOIN LATERAL (
       AND e.published_at IS NULL
       AND e.status = 'pending'
       AND e.available_at <= now()
+      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
       AND NOT EXISTS (
           SELECT 1 FROM outbox_events b
           WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
@@ -93,6 +96,7 @@ CROSS JOIN LATERAL (
       AND e.published_at IS NULL
       AND e.status = 'pending'
       AND e.available_at <= now()
+      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
     ORDER BY e.id
     LIMIT %(limit)s
 ) AS c;

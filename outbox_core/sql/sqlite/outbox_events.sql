@@ -21,6 +21,7 @@ WHERE e.shard = :shard
   AND e.published_at IS NULL
   AND e.status = 'pending'
   AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
   AND NOT EXISTS (
       SELECT 1 FROM outbox_events b
       WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
@@ -42,6 +43,7 @@ WHERE e.shard = :shard
   AND e.published_at IS NULL
   AND e.status = 'pending'
   AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
 ORDER BY e.id
 LIMIT :limit;
 

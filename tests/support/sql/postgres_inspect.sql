@@ -59,3 +59,20 @@ WHERE application_name = 'outbox-relay-notify' AND datname = current_database();
 -- name: notify_listener_count
 SELECT count(*) FROM pg_stat_activity
 WHERE application_name = 'outbox-relay-notify' AND datname = current_database();
+
+-- name: outbox_analyze
+ANALYZE outbox_events;
+
+-- name: outbox_mark_published_below
+-- Marks published as a retention=keep relay would, without the statistics noticing.
+UPDATE outbox_events SET published_at = now() WHERE id < %(below)s;
+
+-- name: outbox_fill
+-- Many pending rows at once, spread over 16 shards and 1000 keys.
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers)
+SELECT gen_random_uuid(), 'fill', 'k' || mod(n, 1000), mod(n, 16), 'Filled',
+       convert_to(repeat('x', 300), 'UTF8'), '{}'::jsonb
+FROM generate_series(1, %(rows)s) AS n;
+
+-- name: outbox_id_quantile
+SELECT percentile_disc(%(q)s) WITHIN GROUP (ORDER BY id) FROM outbox_events;
