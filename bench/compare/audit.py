@@ -32,6 +32,7 @@ class Audit:
     lost: int  # seqs of the backlog neither on the topic nor still unpublished in the outbox
     unpublished: int  # rows still unpublished in the outbox (a drain stopped early)
     order_violations: int
+    unreadable: int = 0  # records without a backlog payload (no seq): counted, not read
 
     @property
     def duplicates(self) -> int:
@@ -52,12 +53,19 @@ class Tally:
         self.seen: set[int] = set()
         self.highest: dict[bytes | None, int] = {}
         self.violations = 0
+        self.unreadable = 0
 
-    def add(self, items: Iterable[tuple[bytes | None, bytes]]) -> None:
+    def add(self, items: Iterable[tuple[bytes | None, bytes | None]]) -> None:
         seen, highest = self.seen, self.highest
         for key, value in items:
             self.records += 1
-            seq = seq_of(value)
+            try:
+                seq = seq_of(value or b"")
+            except (ValueError, KeyError, TypeError):
+                # Reported, not fatal: a contender's odd record must not cost the run
+                # (the events it should have carried show up as lost).
+                self.unreadable += 1
+                continue
             if seq in seen:
                 continue  # a duplicate: its place says nothing about order
             seen.add(seq)
@@ -130,4 +138,5 @@ async def audit_topic(
         lost=lost,
         unpublished=len(pending),
         order_violations=tally.violations,
+        unreadable=tally.unreadable,
     )

@@ -180,7 +180,8 @@ async def run(args: argparse.Namespace) -> int:
                     say(
                         f"audit {name}: {a.records:,} records, {a.distinct:,} distinct events, "
                         f"{a.lost:,} lost, {a.duplicates:,} duplicates, "
-                        f"{a.order_violations:,} order violations, {a.unpublished:,} unpublished"
+                        f"{a.order_violations:,} order violations, {a.unpublished:,} unpublished, "
+                        f"{a.unreadable:,} unreadable"
                     )
         if args.latency:
             if "ours" in args.latency_contenders:

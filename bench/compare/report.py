@@ -54,12 +54,15 @@ def drain_table(drains: dict[str, list[Drain]]) -> list[str]:
             ]
         )
         rounds = ", ".join(f"{r.rate:,.0f}" for r in drains[name])
+        note = d.note
+        if a is not None and a.unreadable:
+            note = f"{a.unreadable:,} records without a readable seq; {note}".rstrip("; ")
         lines.append(
             f"| {LABELS[name]} | {d.rate:,.0f} | {d.startup_s:.1f} | {d.active_s:.1f} | "
             f"{d.events_out:,} | {' | '.join(audited)} | {d.cpu_us_per_event:.1f} | "
             f"{d.peak_rss_bytes / 2**20:.0f} | "
             f"{'' if d.pg_cpu_s is None else f'{d.pg_cpu_s:.1f}'} | "
-            f"{'' if d.kafka_cpu_s is None else f'{d.kafka_cpu_s:.1f}'} | {rounds} | {d.note} |"
+            f"{'' if d.kafka_cpu_s is None else f'{d.kafka_cpu_s:.1f}'} | {rounds} | {note} |"
         )
     return lines
 

@@ -72,3 +72,9 @@ def test_each_relay_is_held_against_the_pipeline_ceiling_of_its_retention_mode()
 
 def test_no_pipeline_ceiling_without_the_kafka_ceiling() -> None:
     assert pipeline_ceilings({"ceiling": drain("ceiling", 60_000)}) == {}
+
+
+def test_a_record_without_a_seq_is_counted_as_unreadable_not_fatal() -> None:
+    tally = Tally()
+    tally.add([(b"a", b"not json"), (b"a", None), (b"a", payload(5))])
+    assert (tally.records, tally.unreadable, tally.seen) == (3, 2, {5})
