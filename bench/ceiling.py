@@ -54,7 +54,7 @@ def measured(first: float, done: float, count: int, cpu_first: float) -> dict[st
     return {
         "first": first,
         "done": done,
-        "settled": count,
+        "count": count,  # rows settled, or records acked
         "cpu_active_s": cpu_done - cpu_first,
         "cpu_total_s": cpu_done,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -47,7 +47,7 @@ async def run_program(
     out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     pg_after = ctx.services.postgres_cpu()
     kafka_after = procstat.total_cpu(ctx.services.kafka_pids())
-    count = int(out["settled"])
+    count = int(out["count"])
     return Drain(
         contender=contender,
         events=ctx.backlog.events,
