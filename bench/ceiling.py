@@ -26,48 +26,68 @@ from collections.abc import Sequence
 from pydantic import SecretStr
 
 from relay.database import DatabaseSettings, make_store
+from relay.sql_store import SqlStore
 
 OWNER = "bench-ceiling"
+
+
+async def lease_all(store: SqlStore, owner: str) -> dict[int, int]:
+    """Every shard's lease for `owner`: the relay's cycle claims and settles under them."""
+    tokens: dict[int, int] = {}
+    for shard in range(await store.shard_count()):
+        token = await store.lease_acquire(shard, owner, 600.0)
+        if token is None:
+            raise RuntimeError(f"shard {shard} is leased by someone else")
+        tokens[shard] = token
+    return tokens
+
+
+async def release_all(store: SqlStore, owner: str, tokens: dict[int, int]) -> None:
+    for shard, token in tokens.items():
+        await store.lease_release(shard, owner, token)
+
+
+def measured(first: float, done: float, count: int, cpu_first: float) -> dict[str, float]:
+    """The JSON line this program and bench/kafka_ceiling.py print: the window, its count,
+    this process's CPU in it and since start, and its peak RSS."""
+    cpu_done = time.process_time()
+    return {
+        "first": first,
+        "done": done,
+        "count": count,  # rows settled, or records acked
+        "cpu_active_s": cpu_done - cpu_first,
+        "cpu_total_s": cpu_done,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
 
 
 async def drain(url: str, batch_size: int, keep: bool = False) -> dict[str, float]:
     store = make_store(DatabaseSettings(database_url=SecretStr(url)))
     await store.open()
     try:
-        shards = await store.shard_count()
-        tokens: dict[int, int] = {}
-        for shard in range(shards):
-            token = await store.lease_acquire(shard, OWNER, 600.0)
-            if token is None:
-                raise RuntimeError(f"shard {shard} is leased by someone else")
-            tokens[shard] = token
-        first: list[float] = []
-        cpu_first: list[float] = []
+        tokens = await lease_all(store, OWNER)
+        first: float | None = None
+        cpu_first = 0.0
         settled = 0
-
         while True:
             rows = await store.claim(list(tokens), batch_size, "block_key")
             if not rows:
                 break
-            if not first:
-                first.append(time.time())
-                cpu_first.append(time.process_time())
+            if first is None:
+                first, cpu_first = time.time(), time.process_time()
             await store.settle(OWNER, tokens, [r.id for r in rows], [], keep)
             settled += len(rows)
         done = time.time()
-        cpu_done = time.process_time()
-        for shard, token in tokens.items():
-            await store.lease_release(shard, OWNER, token)
+        result = measured(
+            done if first is None else first,
+            done,
+            settled,
+            time.process_time() if first is None else cpu_first,
+        )
+        await release_all(store, OWNER, tokens)
     finally:
         await store.close()
-    return {
-        "first": first[0] if first else done,
-        "done": done,
-        "settled": settled,
-        "cpu_active_s": cpu_done - (cpu_first[0] if cpu_first else cpu_done),
-        "cpu_total_s": cpu_done,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,17 +14,24 @@ template database; each contender gets a copy of that database, the same rows lo
 its outbox in 1,000-row transactions after it (for Debezium: its replication slot)
 exists, and a fresh topic of --partitions partitions. Contenders:
 
-- ours:     `python -m relay.cli run`, every setting at its default.
-- ours x2:  two such processes (replicas) on the same database.
+- ours:     `python -m relay.cli run`, every setting at its default (retention=keep).
+- ours-delete: the same with OUTBOX_RETENTION=delete.
+- ours2:    two default processes (replicas) on the same database (only when named).
 - naive:    bench/naive_relay.py: one row per transaction, one awaited send per event.
 - debezium: Kafka Connect standalone with Debezium's Postgres connector (pgoutput) and
             its outbox EventRouter, from Maven Central (bench/connect/pom.xml). It reads
             the backlog from the WAL: the connector creates its slot, is stopped, the
             backlog is loaded, the connector is started again.
-- ceiling:  bench/ceiling.py: the relay's claim and settle (delete) statements, no Kafka.
+- ceiling, ceiling-keep: bench/ceiling.py: the relay's claim and settle statements of
+            that retention mode (delete, keep), no Kafka.
+- kafka:    bench/kafka_ceiling.py: the relay's publisher producing the same records from
+            memory, one relay cycle's records at a time.
 
-Throughput = events / (last event on the topic, and for the database relays the outbox
-empty - first event on the topic); start-up time is reported apart. Latency: at each
+Pipeline ceiling of a retention mode = 1 / (1/database ceiling + 1/kafka); ours is held
+against the one of its mode. Throughput = records / (last event on the topic, and for the
+database relays the outbox settled - first event on the topic); start-up time is reported
+apart. After each drain the whole topic is audited (bench/compare/audit.py): events
+delivered, lost, duplicated, and per-key order violations, counted exactly. Latency: at each
 offered load a thread commits events with producer_lib at a steady rate and a consumer
 takes receive time minus commit time, for ours and Debezium.
 """

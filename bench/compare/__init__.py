@@ -10,8 +10,11 @@ this package holds what it runs, one module each:
 - processes:  a contender's subprocesses and the environment the relays get
 - context:    one run's state: the fresh database and topic each drain gets
 - drain:      watching a drain from the topic's end offsets, and what it measured
-- ours, naive, ceiling, debezium: one contender each (drain, and latency where measured)
+- audit:      reading a drained topic whole: delivered, lost, duplicates, per-key order
+- ours, naive, debezium: one contender each (drain, and latency where measured)
+- ceiling:    the database ceilings of both retention modes and the Kafka ceiling
 - latency:    offered loads, the receiving consumer, percentiles
-- report:     tables, ratios, targets, the docs/benchmarks.md section
+- targets:    the pipeline ceilings and the issue's bars, met or missed
+- report:     tables, ratios, the docs/benchmarks.md section
 - cli:        the command line and one run of it
 """

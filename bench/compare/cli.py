@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.compare.backlog import build_template, drop_database
-from bench.compare.ceiling import drain_ceiling
+from bench.compare.ceiling import drain_ceiling, drain_kafka
 from bench.compare.common import (
     BENCH_CACHE,
     BENCH_KAFKA_PORT,
     BENCH_PG_PORT,
     CONTENDERS,
+    FULL_RUN,
     LABELS,
     LOAD_CHUNK,
     ROOT,
@@ -29,11 +30,11 @@ from bench.compare.common import (
 )
 from bench.compare.context import Context
 from bench.compare.debezium import connect_libs, drain_debezium, latency_debezium
-from bench.compare.drain import Drain
+from bench.compare.drain import Drain, median_drain
 from bench.compare.latency import LatencyPoint
 from bench.compare.naive import drain_naive
 from bench.compare.ours import drain_relay, latency_ours
-from bench.compare.report import median_drain, render, write_docs
+from bench.compare.report import render, write_docs
 from bench.compare.services import server_settings, start_services
 from bench.compare.topics import delete_topics
 
@@ -54,7 +55,7 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     p.add_argument(
         "--contenders",
         default=None,
-        help=f"comma list of {','.join(CONTENDERS)} (default all; ours,naive with --ci)",
+        help=f"comma list of {','.join(CONTENDERS)} (default all but ours2; ours,naive with --ci)",
     )
     p.add_argument("--rounds", type=int, default=1, help="drains per contender (median reported)")
     p.add_argument(
@@ -107,7 +108,7 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     if args.events is None:
         args.events = 10_000 if args.ci else 200_000
     if args.contenders is None:
-        args.contenders = "ours,naive" if args.ci else ",".join(CONTENDERS)
+        args.contenders = "ours,naive" if args.ci else ",".join(FULL_RUN)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     for c in args.contenders:
         if c not in CONTENDERS:
@@ -157,21 +158,31 @@ async def run(args: argparse.Namespace) -> int:
                 say(
                     f"drain {name} (round {round_no + 1}/{args.rounds}): loading {backlog.events:,} events"
                 )
-                if name in ("ours", "ours2"):
+                if name in ("ours", "ours-delete", "ours2"):
                     d = await drain_relay(ctx, name, round_no)
                 elif name == "naive":
                     d = await drain_naive(ctx, round_no)
-                elif name == "ceiling":
-                    d = await drain_ceiling(ctx, round_no)
+                elif name in ("ceiling", "ceiling-keep"):
+                    d = await drain_ceiling(ctx, round_no, keep=name == "ceiling-keep")
+                elif name == "kafka":
+                    d = await drain_kafka(ctx, round_no)
                 else:
                     assert libs is not None
                     d = await drain_debezium(ctx, libs, round_no)
                 drains.setdefault(name, []).append(d)
                 say(
-                    f"drain {name}: {d.rate:,.0f} events/s ({d.counted:,} events in {d.active_s:.1f}s, "
-                    f"start-up {d.startup_s:.1f}s, CPU {d.cpu_per_100k:.1f} s/100k, peak RSS "
+                    f"drain {name}: {d.rate:,.0f} events/s ({d.counted:,} records in {d.active_s:.1f}s, "
+                    f"start-up {d.startup_s:.1f}s, CPU {d.cpu_us_per_event:.1f} µs/event, peak RSS "
                     f"{d.peak_rss_bytes / 2**20:.0f} MiB, load {d.loadavg}) {d.note}"
                 )
+                if d.audit is not None:
+                    a = d.audit
+                    say(
+                        f"audit {name}: {a.records:,} records, {a.distinct:,} distinct events, "
+                        f"{a.lost:,} lost, {a.duplicates:,} duplicates, "
+                        f"{a.order_violations:,} order violations, {a.unpublished:,} unpublished, "
+                        f"{a.unreadable:,} unreadable"
+                    )
         if args.latency:
             if "ours" in args.latency_contenders:
                 points += await latency_ours(ctx)

@@ -1,5 +1,6 @@
 """A drain: the contender's processes started on a loaded outbox, the topic's end offsets sampled
-every SAMPLE_S until the whole backlog is on it, and what that window measured."""
+every SAMPLE_S until the whole backlog is on it, what that window measured, and the audit of
+the whole topic once the processes stopped."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import psycopg
 
 from bench import procstat
+from bench.compare.audit import Audit, audit_topic
 from bench.compare.common import SAMPLE_S, Q, loadavg
 from bench.compare.context import Context
 from bench.compare.processes import Proc
@@ -26,7 +28,7 @@ class Drain:
     complete: bool
     startup_s: float  # launch -> first event on the topic
     active_s: float  # first event -> last event on the topic (and outbox empty)
-    counted: int  # events delivered in the active window
+    counted: int  # records that reached the topic in the active window (the rate's)
     cpu_s: float  # contender processes' CPU in the active window
     cpu_total_s: float  # since launch
     peak_rss_bytes: int  # summed over the contender's processes
@@ -35,10 +37,16 @@ class Drain:
     load_s: float = 0.0
     loadavg: str = ""
     note: str = ""
+    audit: Audit | None = None
 
     @property
     def rate(self) -> float:
         return self.counted / self.active_s if self.active_s > 0 else 0.0
+
+    @property
+    def events_out(self) -> int:
+        """Events delivered: audited exactly where the topic was read, else as measured."""
+        return self.audit.distinct if self.audit is not None else self.delivered
 
     @property
     def wall_rate(self) -> float:
@@ -46,8 +54,18 @@ class Drain:
         return self.delivered / wall if wall > 0 else 0.0
 
     @property
-    def cpu_per_100k(self) -> float:
-        return self.cpu_s / self.counted * 100_000 if self.counted else 0.0
+    def cpu_us_per_event(self) -> float:
+        return self.cpu_s / self.counted * 1e6 if self.counted else 0.0
+
+
+def median_drain(runs: list[Drain]) -> Drain:
+    """The round with the median rate (rounds > 1), so that every column is one real run."""
+    ordered = sorted(runs, key=lambda d: d.rate)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def medians(drains: dict[str, list[Drain]]) -> dict[str, Drain]:
+    return {k: median_drain(v) for k, v in drains.items()}
 
 
 async def drain_processes(
@@ -81,6 +99,15 @@ async def drain_processes(
         for p in procs:
             p.stop()
     result.load_s, result.loadavg = load_s, before
+    # Debezium leaves every row in the table: only the relays' outboxes say what is
+    # still unpublished.
+    result.audit = await audit_topic(
+        ctx.services.bootstrap,
+        topic,
+        ctx.args.partitions,
+        ctx.backlog.events,
+        url if check_outbox else None,
+    )
     return result
 
 

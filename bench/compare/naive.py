@@ -33,6 +33,6 @@ async def drain_naive(ctx: Context, round_no: int) -> Drain:
         ctx, "naive", url, topic, load_s, start, ctx.args.naive_max_s or None, check_outbox=True
     )
     if not result.complete:
-        result.note = f"stopped after {result.active_s:.0f} s with {result.delivered:,} of {result.events:,} published"
+        result.note = f"stopped after {result.active_s:.0f} s with {result.events_out:,} of {result.events:,} published"
     ctx.done_with(url)
     return result

@@ -1,5 +1,6 @@
-"""Contenders "ours" and "ours2": `python -m relay.cli run` with every setting at its default,
-one process or two (replicas) on the same database; and its offered-load latency."""
+"""Contenders "ours", "ours2" and "ours-delete": `python -m relay.cli run` with every setting at
+its default, one process or two (replicas) on the same database, or one process with
+retention=delete; and its offered-load latency."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ async def drain_relay(ctx: Context, contender: str, round_no: int) -> Drain:
     url, prefix, topic = await ctx.fresh(contender, f"_r{round_no}")
     load_s = load_backlog(url, ctx.backlog.events)
     env = relay_env(url, ctx.services.bootstrap, prefix)
+    if contender == "ours-delete":
+        env["OUTBOX_RETENTION"] = "delete"
     replicas = 2 if contender == "ours2" else 1
     profile = ctx.args.profile if contender == "ours" and round_no == 0 else None
     if profile is not None:

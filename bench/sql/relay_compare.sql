@@ -43,6 +43,13 @@ CHECKPOINT;
 -- published (retention=keep).
 SELECT EXISTS (SELECT 1 FROM outbox_events WHERE published_at IS NULL);
 
+-- name: outbox_unpublished_seqs
+-- The backlog's sequence numbers still unpublished after a drain: not on the topic, yet
+-- not lost (a drain stopped early). Payloads are producer_lib's JSON with "seq".
+SELECT (convert_from(payload, 'UTF8')::jsonb ->> 'seq')::bigint
+FROM outbox_events
+WHERE published_at IS NULL;
+
 -- name: outbox_count_all
 SELECT count(*) FROM outbox_events;
 

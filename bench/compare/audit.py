@@ -1,0 +1,142 @@
+"""The audit of a drained topic: every record from offset 0 to the end offsets, read once
+after the contender stopped, so the events reported are counted exactly, not sampled.
+
+A backlog event's payload is producer_lib's compact JSON of {"seq": N, ...} (bench/orders.py
+sequenced_order_event) and its record key the customer key; only seq is read from each
+payload. Per key, the backlog's seqs follow commit order, so a key's first-seen seqs must
+rise in offset order: a lower one after a higher one is an order violation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench.compare.common import Q
+
+SEQ_PREFIX = b'{"seq":'
+FETCH_RECORDS = 100_000
+FETCH_BYTES = 16 * 2**20
+STALL_S = 60.0
+
+
+@dataclass(frozen=True)
+class Audit:
+    records: int  # on the topic, duplicates included
+    distinct: int  # distinct events (seqs) among them
+    lost: int  # seqs of the backlog neither on the topic nor still unpublished in the outbox
+    unpublished: int  # rows still unpublished in the outbox (a drain stopped early)
+    order_violations: int
+    unreadable: int = 0  # records without a backlog payload (no seq): counted, not read
+
+    @property
+    def duplicates(self) -> int:
+        return self.records - self.distinct
+
+
+def seq_of(value: bytes) -> int:
+    if value.startswith(SEQ_PREFIX):
+        return int(value[len(SEQ_PREFIX) : value.index(b",", len(SEQ_PREFIX))])
+    return int(json.loads(value)["seq"])  # another serializer's spacing or key order
+
+
+class Tally:
+    """Seqs seen and, per key, the highest first-seen seq (records fed in offset order)."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.seen: set[int] = set()
+        self.highest: dict[bytes | None, int] = {}
+        self.violations = 0
+        self.unreadable = 0
+
+    def add(self, items: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+        seen, highest = self.seen, self.highest
+        for key, value in items:
+            self.records += 1
+            try:
+                seq = seq_of(value or b"")
+            except (ValueError, KeyError, TypeError):
+                # Reported, not fatal: a contender's odd record must not cost the run
+                # (the events it should have carried show up as lost).
+                self.unreadable += 1
+                continue
+            if seq in seen:
+                continue  # a duplicate: its place says nothing about order
+            seen.add(seq)
+            top = highest.get(key, -1)
+            if seq < top:
+                self.violations += 1
+            else:
+                highest[key] = seq
+
+
+async def read_topic(bootstrap: str, topic: str, partitions: int) -> Tally:
+    tally = Tally()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        # With no group and no committed offset the consumer resets on its own; "latest"
+        # could win against the seek below and read nothing.
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=4 * FETCH_BYTES,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.seek_to_beginning(*tps)
+        left = {tp for tp in tps if ends[tp] > 0}
+        idle_since = time.monotonic()
+        while left:
+            batches = await consumer.getmany(*left, timeout_ms=1000, max_records=FETCH_RECORDS)
+            for tp, records in batches.items():
+                tally.add((r.key, r.value) for r in records if r.offset < ends[tp])
+            if batches:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > STALL_S:
+                raise RuntimeError(f"audit of {topic}: nothing read for {STALL_S:.0f} s")
+            # The consumer's position, not the last record seen: it is where the next
+            # fetch starts, whatever the records came in.
+            for tp in list(left):
+                if await consumer.position(tp) >= ends[tp]:
+                    left.discard(tp)
+        if tally.records != sum(ends.values()):
+            # Nothing compacts or aborts on these topics: every offset below the end holds
+            # one record, so a shortfall is the audit's own fault, never the contender's.
+            raise RuntimeError(
+                f"audit of {topic}: read {tally.records:,} of {sum(ends.values()):,} records"
+            )
+    finally:
+        await consumer.stop()
+    return tally
+
+
+def unpublished_seqs(url: str) -> set[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return {int(row[0]) for row in conn.execute(Q["outbox_unpublished_seqs"])}
+
+
+async def audit_topic(
+    bootstrap: str, topic: str, partitions: int, events: int, url: str | None
+) -> Audit:
+    """url: the contender's outbox, for drains that settle rows there (its unpublished rows
+    are not lost, only not yet published); None for Debezium, which leaves every row."""
+    tally = await read_topic(bootstrap, topic, partitions)
+    pending = unpublished_seqs(url) if url is not None else set()
+    lost = sum(1 for seq in range(events) if seq not in tally.seen and seq not in pending)
+    return Audit(
+        records=tally.records,
+        distinct=len(tally.seen),
+        lost=lost,
+        unpublished=len(pending),
+        order_violations=tally.violations,
+        unreadable=tally.unreadable,
+    )

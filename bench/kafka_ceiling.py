@@ -1,0 +1,104 @@
+"""The Kafka ceiling of bench/relay_compare.py: the relay's own publisher producing the
+backlog's records from memory, without the database.
+
+Untimed first: the rows are claimed from the loaded outbox with the relay's store, cycle
+by cycle as the relay's cycle claims them (every shard in one statement, batch_size rows
+per shard), deleted as they are read, and turned into records by relay.batch.to_record.
+Then timed: each cycle's records are handed to KafkaPublisher.enqueue_batch and all their
+acks awaited before the next cycle's records go, one cycle after another as in the relay.
+Records the publisher holds back (a key that would span two record batches) go with the
+next cycle's, as the relay claims them again. Every setting is the relay's
+(relay.config.load_settings: the OUTBOX_* environment the relay gets).
+
+    .venv/bin/python -m bench.kafka_ceiling
+
+Prints one JSON line: first hand-over and last ack (epoch seconds), records acked, this
+process's CPU seconds in that window and since start, and its peak RSS (which includes
+the whole backlog held in memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable
+from typing import cast
+
+from bench.ceiling import lease_all, measured, release_all
+from relay.batch import to_record
+from relay.config import RelaySettings, load_settings
+from relay.database import make_store
+from relay.errors import PublishFailed
+from relay.publisher import HELD, KafkaPublisher, OutgoingRecord
+
+OWNER = "bench-kafka-ceiling"
+
+
+async def read_cycles(settings: RelaySettings) -> list[list[OutgoingRecord]]:
+    """The records of each cycle the relay would run over this outbox, in its order."""
+    store = make_store(settings.database)
+    await store.open()
+    cycles: list[list[OutgoingRecord]] = []
+    try:
+        tokens = await lease_all(store, OWNER)
+        batch = settings.batch
+        while rows := await store.claim(list(tokens), batch.batch_size, batch.failure_policy):
+            topic_of = {t: settings.topics.kafka_topic(t) for t in {row.topic for row in rows}}
+            cycles.append([to_record(row, topic_of[row.topic]) for row in rows])
+            await store.settle(OWNER, tokens, [row.id for row in rows], [], False)
+        await release_all(store, OWNER, tokens)
+    finally:
+        await store.close()
+    return cycles
+
+
+async def produce(settings: RelaySettings, cycles: list[list[OutgoingRecord]]) -> dict[str, float]:
+    publisher = KafkaPublisher(settings.kafka, settings.kafka_security.resolve())
+    await publisher.start()
+    try:
+        first, cpu_first = time.time(), time.process_time()
+        held: list[OutgoingRecord] = []
+        for records in cycles:
+            held = await send_cycle(publisher, held + records)
+        while held:
+            held = await send_cycle(publisher, held)
+        done = time.time()
+        return measured(first, done, sum(len(records) for records in cycles), cpu_first)
+    finally:
+        await publisher.stop()
+
+
+async def send_cycle(
+    publisher: KafkaPublisher, records: list[OutgoingRecord]
+) -> list[OutgoingRecord]:
+    """Hand over one cycle's records and await their acks; returns the ones held back."""
+    handed = await publisher.enqueue_batch(records)
+    held: list[OutgoingRecord] = []
+    acks: list[Awaitable[None]] = []
+    for record, item in zip(records, handed, strict=True):
+        if item is HELD:
+            held.append(record)
+        elif isinstance(item, PublishFailed):
+            raise item
+        else:
+            acks.append(cast(Awaitable[None], item))
+    # As publish_batch does: one awaitable per record, shared by a record batch's records.
+    await asyncio.gather(*acks)
+    return held
+
+
+async def run() -> dict[str, float]:
+    settings = load_settings()
+    cycles = await read_cycles(settings)
+    return await produce(settings, cycles)
+
+
+def main() -> int:
+    print(json.dumps(asyncio.run(run())), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
