@@ -3,7 +3,7 @@ backlog's records from memory, without the database.
 
 Untimed first: the rows are claimed from the loaded outbox with the relay's store, cycle
 by cycle as the relay's cycle claims them (every shard in one statement, batch_size rows
-per shard), deleted as they are read, and turned into records by relay.batch.to_record.
+per shard), deleted as they are read, and turned into records by relay.records.to_record.
 Then timed: each cycle's records are handed to KafkaPublisher.enqueue_batch and all their
 acks awaited before the next cycle's records go, one cycle after another as in the relay.
 Records the publisher holds back (a key that would span two record batches) go with the
@@ -27,11 +27,11 @@ from collections.abc import Awaitable
 from typing import cast
 
 from bench.ceiling import lease_all, measured, release_all
-from relay.batch import to_record
 from relay.config import RelaySettings, load_settings
 from relay.database import make_store
 from relay.errors import PublishFailed
 from relay.publisher import HELD, KafkaPublisher, OutgoingRecord
+from relay.records import to_record
 
 OWNER = "bench-kafka-ceiling"
 
