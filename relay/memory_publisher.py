@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import PublishFailed
-from relay.publisher import Handed, OutgoingRecord
+from relay.publisher import HELD, Handed, HeldBack, OutgoingRecord
 
 FailureRule = Callable[[OutgoingRecord], PublishFailed | None]
 
@@ -26,6 +26,7 @@ class MemoryPublisher:
     sent: list[OutgoingRecord] = field(default_factory=list)
     refuse: FailureRule | None = None
     fail: FailureRule | None = None
+    max_key_records: int | None = None
     started: bool = False
     recreated: int = 0
 
@@ -43,7 +44,7 @@ class MemoryPublisher:
         refused_keys: dict[tuple[str, bytes], PublishFailed] = {}
         batches: dict[tuple[str, bytes], list[OutgoingRecord]] = {}
         errors: dict[tuple[str, bytes], PublishFailed | None] = {}
-        handed: list[PublishFailed | tuple[str, bytes]] = []
+        handed: list[PublishFailed | HeldBack | tuple[str, bytes]] = []
         for record in records:
             key = (record.topic, record.key)
             refused = refused_keys.get(key)
@@ -54,12 +55,18 @@ class MemoryPublisher:
                 refused_keys[key] = refused
                 handed.append(refused)
                 continue
-            batches.setdefault(key, []).append(record)
+            batch = batches.setdefault(key, [])
+            if self.max_key_records is not None and len(batch) >= self.max_key_records:
+                handed.append(HELD)
+                continue
+            batch.append(record)
             if errors.get(key) is None:
                 errors[key] = self.fail(record) if self.fail else None
             handed.append(key)
         acks = {key: asyncio.ensure_future(self._ack(b, errors[key])) for key, b in batches.items()}
-        return [item if isinstance(item, PublishFailed) else acks[item] for item in handed]
+        return [
+            item if isinstance(item, PublishFailed | HeldBack) else acks[item] for item in handed
+        ]
 
     async def _ack(self, batch: list[OutgoingRecord], error: PublishFailed | None) -> None:
         await asyncio.sleep(0)

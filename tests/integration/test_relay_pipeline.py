@@ -1,0 +1,84 @@
+"""The cycle's overlap on real Postgres and SQLite (the library's in-memory publisher
+standing in for Kafka): the next batch is claimed and sent while the previous one's
+settle is still to come. Its rows are not claimed twice, and a key whose earlier row
+failed in the previous batch sends nothing more until that failure is recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay.batch import send_batch, settle_batch
+from relay.memory_publisher import MemoryPublisher
+from relay.store import Store
+from tests.integration.test_run_once import event_ids, failing, lease, sent, settings_for
+from tests.support.db import Backend
+from tests.support.stores import emit, event, keys_on_shard, row_states
+
+pytestmark = pytest.mark.integration
+
+SHARD = 3
+
+
+async def test_the_next_claim_skips_rows_in_flight_and_holds_back_a_failed_key(
+    backend: Backend, store: Store
+) -> None:
+    k, x = keys_on_shard(SHARD, 2)
+    k1, x1 = emit(backend, event(k), event(x))
+    eid = event_ids(backend)
+    settings = settings_for(backend)
+    rules = settings.batch_rules()
+    publisher = MemoryPublisher(fail=failing({eid[k1]}, retriable=True))
+    tokens = {SHARD: await lease(store, settings)}
+
+    previous = await send_batch(tokens, store=store, publisher=publisher, rules=rules)
+    assert previous is not None
+    assert [r.id for r in previous.published] == [x1]
+    assert [f.id for f in previous.failures] == [k1]
+    # Committed while the previous batch's settle has not run: k2 is due, and the
+    # database does not know yet that k1 failed.
+    k2, x2 = emit(backend, event(k), event(x))
+    eid = event_ids(backend)
+
+    after = await send_batch(tokens, store=store, publisher=publisher, rules=rules, after=previous)
+    assert after is not None
+    # x1 was not claimed again (no duplicate); k2 was claimed but not sent: it would have
+    # reached Kafka ahead of k1, whose retry is still to come.
+    assert sorted(r.id for r in after.rows) == [k2, x2]
+    assert [r.id for r in after.published] == [x2]
+    assert after.held_back == 1
+    assert sent(publisher) == [eid[x1], eid[x2]]
+
+    first = await settle_batch(previous, store=store, rules=rules)
+    second = await settle_batch(after, store=store, rules=rules)
+    assert (first.published, first.retried, second.published, second.held_back) == (1, 1, 1, 1)
+    states = row_states(backend)
+    assert sorted(states) == [k1, k2]  # published rows deleted; k1 backs off, k2 waits
+    assert (states[k1].attempts, states[k2].attempts) == (1, 0)
+    # And now the database holds k2 back behind k1's backoff by itself.
+    assert await send_batch(tokens, store=store, publisher=publisher, rules=rules) is None
+
+
+async def test_rows_held_for_a_later_record_batch_go_out_with_the_next_claim(
+    backend: Backend, store: Store
+) -> None:
+    """A key whose rows would span two record batches keeps the later ones for the next
+    claim; they are not in flight, so the overlapping claim takes them again, in order."""
+    (k,) = keys_on_shard(SHARD, 1)
+    ids = emit(backend, *(event(k) for _ in range(4)))
+    eid = event_ids(backend)
+    settings = settings_for(backend)
+    rules = settings.batch_rules()
+    publisher = MemoryPublisher(max_key_records=2)
+    tokens = {SHARD: await lease(store, settings)}
+
+    previous = await send_batch(tokens, store=store, publisher=publisher, rules=rules)
+    assert previous is not None
+    assert [r.id for r in previous.published] == ids[:2]
+    assert previous.held_back == 2
+    after = await send_batch(tokens, store=store, publisher=publisher, rules=rules, after=previous)
+    assert after is not None
+    assert [r.id for r in after.published] == ids[2:]
+    assert sent(publisher) == [eid[i] for i in ids]
+    await settle_batch(previous, store=store, rules=rules)
+    await settle_batch(after, store=store, rules=rules)
+    assert row_states(backend) == {}
