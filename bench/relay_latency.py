@@ -2,16 +2,17 @@
 
 A private database and a topic whose records the broker stamps when it appends them
 (message.timestamp.type=LogAppendTime). `outbox-relay run` works on it with every setting
-at its default. Writer threads, each on its own connection, commit one event per
-transaction at the offered rate (split evenly between them), and note the wall clock right
-after each COMMIT returned; each event's payload carries its sequence number. The latency
+at its default. Writer threads (spread over --processes processes), each on its own
+connection, commit one event per transaction at the offered rate (split evenly between
+them), and note the wall clock right after each COMMIT returned; each event's payload
+carries its sequence number. The latency
 of an event is the broker's append time minus its commit time (one clock: the same
 machine). The first --warmup-s of each load are left out. Before the loads, the relay sits
 idle for --idle-s: what that costs (statements per second on its database, CPU seconds of
 the relay and of Postgres per second) is measured too.
 
     .venv/bin/python bench/relay_latency.py [--rates 500,2000,5000] [--seconds 10]
-        [--writers 8] [--plot docs/img/relay_latency.png]
+        [--writers 8] [--processes 4] [--plot docs/img/relay_latency.png]
 
 Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import random
@@ -61,16 +63,21 @@ class Point:
     max_ms: float
 
 
-def write_load(
-    url: str, rate: float, seconds: float, writers: int, first_seq: int, keys: int
-) -> tuple[list[float], float]:
-    """Commit int(rate * seconds) events, one per transaction, from `writers` threads;
-    returns each event's commit time (by seq - first_seq) and the elapsed time."""
-    total = int(rate * seconds)
-    commit_at = [0.0] * total
+def _write_share(
+    url: str,
+    rate: float,
+    total: int,
+    writers: int,
+    mine: list[int],
+    first_seq: int,
+    keys: int,
+    start: float,
+) -> list[tuple[int, float]]:
+    """The writers numbered `mine` (threads of this process): each commits events
+    w, w + writers, ... on its own connection, paced by the wall clock from `start`."""
     orders = make_orders(random.Random(first_seq), 500)
     outbox = Outbox()
-    start = time.monotonic() + 0.2
+    done: list[tuple[int, float]] = []
     errors: list[BaseException] = []
 
     def writer(w: int) -> None:
@@ -78,7 +85,7 @@ def write_load(
         try:
             with psycopg.connect(url) as conn:
                 for i in range(w, total, writers):
-                    delay = start + i / rate - time.monotonic()
+                    delay = start + i / rate - time.time()
                     if delay > 0:
                         time.sleep(delay)
                     event = sequenced_order_event(rng, keys, first_seq + i, orders[i % len(orders)])
@@ -90,18 +97,49 @@ def write_load(
                         payload=event.payload,
                     )
                     conn.commit()
-                    commit_at[i] = time.time()
+                    done.append((i, time.time()))
         except BaseException as exc:  # reported by the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    threads = [threading.Thread(target=writer, args=(w,)) for w in mine]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise errors[0]
-    return commit_at, time.monotonic() - start
+    return done
+
+
+def write_load(
+    url: str,
+    rate: float,
+    seconds: float,
+    writers: int,
+    first_seq: int,
+    keys: int,
+    processes: int = 1,
+) -> tuple[list[float], float]:
+    """Commit int(rate * seconds) events, one per transaction, from `writers` threads
+    spread over `processes` processes (one GIL cannot drive thousands of commits a second);
+    returns each event's commit time (by seq - first_seq) and the elapsed time."""
+    total = int(rate * seconds)
+    commit_at = [0.0] * total
+    start = time.time() + 0.5
+    shares = [list(range(p, writers, processes)) for p in range(min(processes, writers))]
+    if len(shares) == 1:
+        results = [_write_share(url, rate, total, writers, shares[0], first_seq, keys, start)]
+    else:
+        with concurrent.futures.ProcessPoolExecutor(len(shares)) as pool:
+            futures = [
+                pool.submit(_write_share, url, rate, total, writers, mine, first_seq, keys, start)
+                for mine in shares
+            ]
+            results = [f.result() for f in futures]
+    for done in results:
+        for i, at in done:
+            commit_at[i] = at
+    return commit_at, time.time() - start
 
 
 async def appended(
@@ -200,7 +238,7 @@ async def run(args: argparse.Namespace) -> int:
         points: list[Point] = []
         for rate in args.rates:
             commit_at, took = await asyncio.to_thread(
-                write_load, url, rate, args.seconds, args.writers, seq, args.keys
+                write_load, url, rate, args.seconds, args.writers, seq, args.keys, args.processes
             )
             wanted = range(seq, seq + len(commit_at))
             got = await appended(bootstrap, topic, args.partitions, wanted, 120)
@@ -262,6 +300,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=10.0, help="length of each load")
     p.add_argument("--warmup-s", type=float, default=1.0, help="left out at the start of each load")
     p.add_argument("--writers", type=int, default=8, help="writer threads (connections)")
+    p.add_argument(
+        "--processes", type=int, default=4, help="processes the writer threads are spread over"
+    )
     p.add_argument("--keys", type=int, default=1000, help="distinct keys")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--idle-s", type=float, default=10.0, help="idle time measured before the loads")
