@@ -26,11 +26,14 @@ Params = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Statement:
-    """One named query and its parameters; `many` runs it once per parameter set."""
+    """One named query and its parameters; `many` runs it once per parameter set.
+    `binary`: rows come back in Postgres's binary format (bytea as raw bytes instead of
+    hex text: half the bytes and no decoding, for large reads); other drivers ignore it."""
 
     query: str
     params: Params | Sequence[Params] = field(default_factory=dict)
     many: bool = False
+    binary: bool = False
 
 
 Plan = Generator[Statement, Rows, Any]
@@ -119,7 +122,7 @@ class PsycopgExecutor:
             if statement.many:
                 cur.executemany(sql, _many(statement))
                 return []
-            cur.execute(sql, _one(statement))
+            cur.execute(sql, _one(statement), binary=statement.binary)
             return list(cur.fetchall()) if cur.description else []
 
 
@@ -138,7 +141,7 @@ class AsyncPsycopgExecutor:
                 if statement.many:
                     await cur.executemany(sql, _many(statement))
                     return []
-                await cur.execute(sql, _one(statement))
+                await cur.execute(sql, _one(statement), binary=statement.binary)
                 return list(await cur.fetchall()) if cur.description else []
 
 

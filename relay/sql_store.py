@@ -65,7 +65,8 @@ def _single(statement: Statement) -> Plan:
 
 
 def _claim_in_one_statement(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
-    return (yield Statement(name, {"shards": shards, **params}))
+    # Binary rows: the claim is the relay's one large read (payloads as raw bytes).
+    return (yield Statement(name, {"shards": shards, **params}, binary=True))
 
 
 def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
