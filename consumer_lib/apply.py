@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -178,13 +179,17 @@ class ApplyPolicy:
     async def _attempt(self, work: Work, items: list[Prepared]) -> None:
         started = time.perf_counter()
         await self.app.database.apply_work(work)
-        # One transaction's time, shared by its events (a batch's cost per event).
+        # One transaction's time, shared by its events (a batch's cost per event); counted
+        # per topic and outcome, not per event: metrics per event cost as much as a handler.
         elapsed = (time.perf_counter() - started) / len(items)
-        for item, applied in zip(items, work.applied, strict=True):
+        outcomes = Counter(
+            (item.record.topic, applied) for item, applied in zip(items, work.applied, strict=True)
+        )
+        for (topic, applied), events in outcomes.items():
             if applied:
-                self._observer.applied(item.record.topic, elapsed)
+                self._observer.applied(topic, elapsed, events)
             else:
-                self._observer.duplicate(item.record.topic, elapsed)
+                self._observer.duplicate(topic, elapsed, events)
 
     def _transient(self, exc: Exception, record: ConsumerRecord) -> None:
         self._observer.transient_failure()

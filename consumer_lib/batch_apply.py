@@ -32,6 +32,8 @@ class PartitionApply:
     async def run(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         """Apply the records in order, marking each done once settled; stops (leaving the
         rest for the next owner) when stopping or when the partition is being revoked."""
+        if records:
+            self._offsets.taken(tp, records[0].offset)
         with contextlib.suppress(Abandon):
             await self._run(tp, records)
 

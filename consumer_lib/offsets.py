@@ -36,6 +36,11 @@ class Offsets:
         """Whether the partition's loop may take another record (it is not being revoked)."""
         return tp not in self._revoking
 
+    def taken(self, tp: TopicPartition, offset: int) -> None:
+        """The partition's records from offset on are being processed: until one is done,
+        the next to process is the first of them (a batch in flight is not applied yet)."""
+        self._next.setdefault(tp, offset)
+
     def done(self, tp: TopicPartition, offset: int) -> None:
         """The record at offset is applied (its transaction committed, or it was settled)."""
         self._done[tp] = self._next[tp] = offset + 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumer_lib.event import ConsumedEvent
-from consumer_lib.tracing import process_span
+from consumer_lib.tracing import process_span, tracing
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.executors import AsyncExecutor, Rows, Statement, SyncExecutor
@@ -80,18 +80,22 @@ class Work:
         return calls
 
 
-def _span(call: Call, group: str) -> contextlib.AbstractContextManager[Any]:
-    if isinstance(call.first, ConsumedEvent):
+_UNTRACED = contextlib.nullcontext()
+
+
+def _span(call: Call, group: str, traced: bool) -> contextlib.AbstractContextManager[Any]:
+    if traced and isinstance(call.first, ConsumedEvent):
         return process_span(call.first, group)
-    return contextlib.nullcontext()  # Database.apply called directly, with any event
+    return _UNTRACED  # no SDK set up, or Database.apply called directly with any event
 
 
 async def run_async(work: Work, executor: AsyncExecutor, session: Any) -> None:
     """The work inside the caller's open transaction, on an async session or connection."""
     dedup = work.dedup(executor.dialect)
     recorded = await executor.run(dedup) if dedup is not None else []
+    traced = tracing()
     for call in work.calls(recorded):
-        with _span(call, work.group):
+        with _span(call, work.group, traced):
             outcome = call.handler(call.argument, session)
             if isinstance(outcome, Awaitable):
                 await outcome
@@ -101,6 +105,7 @@ def run_sync(work: Work, executor: SyncExecutor, session: Any) -> None:
     """The work inside the caller's open transaction, on a sync session (a worker thread)."""
     dedup = work.dedup(executor.dialect)
     recorded = executor.run(dedup) if dedup is not None else []
+    traced = tracing()
     for call in work.calls(recorded):
-        with _span(call, work.group):
+        with _span(call, work.group, traced):
             call.handler(call.argument, session)
