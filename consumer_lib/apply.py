@@ -203,7 +203,10 @@ class ApplyPolicy:
         when the partition's work must stop. Returns the next delay."""
         if not self.holding(tp):
             raise Abandon from exc
-        await self._sup.sleep(delay, self._offsets.revoking)
+        revoking = self._offsets.revoking
+        # Woken by a revocation that starts meanwhile; one already under way (of other
+        # partitions: aiokafka revokes all at once) would wake it at once, every time.
+        await self._sup.sleep(delay, *(() if revoking.is_set() else (revoking,)))
         if not self.holding(tp):
             raise Abandon from exc
         return min(delay * 2, self.settings.backoff_max_s)

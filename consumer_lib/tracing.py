@@ -2,9 +2,9 @@
 
 producer_lib stores the W3C trace context (traceparent, tracestate) of the emitting code in
 the event's headers; the relay copies them into the Kafka record's headers. Here, when
-OpenTelemetry is installed (the `otel` extra), the context is extracted from the record and
-each attempt to apply the event runs inside a CONSUMER span named "<topic> process" whose
-parent is the producer's span. Without OpenTelemetry this is a no-op.
+OpenTelemetry is installed (the `otel` extra) and an SDK set up, the context is extracted
+from the record and each handler call for the event runs inside a CONSUMER span named
+"<topic> process" whose parent is the producer's span. Without either this is a no-op.
 """
 
 from __future__ import annotations
