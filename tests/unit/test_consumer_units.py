@@ -27,7 +27,9 @@ from consumer_lib import (
     TransientError,
 )
 from consumer_lib.database import is_transient
+from consumer_lib.work import Job, Work
 from outbox_core.errors import DatabaseError, MigrationError, OutboxError
+from outbox_core.executors import Statement
 
 
 def test_consumer_errors_are_outbox_errors() -> None:
@@ -140,3 +142,43 @@ def test_batch_bounds_must_be_positive(over: dict[str, Any]) -> None:
         ConsumerSettings(
             bootstrap_servers="b", group_id="g", security=KafkaSecurity.plaintext(), **over
         )
+
+
+# --------------------------------------------------------------------------- one transaction's work
+
+
+def one(event: object, session: object) -> None:
+    return None
+
+
+def bulk(events: object, session: object) -> None:
+    return None
+
+
+def test_work_runs_each_event_recorded_now_once_and_groups_a_bulk_handlers_run() -> None:
+    jobs = [
+        Job("a", "A", one),
+        Job("b", "B", bulk, bulk=True),
+        Job("c", "C", bulk, bulk=True),
+        Job("a", "A again", one),  # the same event_id twice in one batch
+        Job(None, "no id", one),  # missing_event_id="process": always runs
+        Job("d", "D", bulk, bulk=True),
+        Job("e", "E, applied before", one),
+    ]
+    work = Work("g", jobs)
+    dedup = work.dedup("postgres")
+    assert dedup is not None
+    assert dedup.query == "processed_event_insert_batch"
+    assert dedup.params == {"consumer_group": "g", "event_ids": ["a", "b", "c", "a", "d", "e"]}
+    calls = work.calls([("a",), ("b",), ("c",), ("d",)])  # what the statement returned
+    assert [(c.handler, c.argument) for c in calls] == [
+        (one, "A"),
+        (bulk, ["B", "C"]),
+        (one, "no id"),
+        (bulk, ["D"]),  # not consecutive with B and C: order is kept
+    ]
+    assert work.applied == [True, True, True, False, True, True, False]
+    assert Work("g", [Job(None, "x", one)]).dedup("sqlite") is None
+    assert Work("g", [Job("a", "x", one)]).dedup("sqlite") == Statement(
+        "processed_event_insert_batch", {"consumer_group": "g", "event_ids": '["a"]'}
+    )
