@@ -61,6 +61,8 @@ class Database(Protocol):
 
 
 class _ApplyOne:
+    """Database.apply for every adapter: a Work of one event through its apply_work."""
+
     async def apply_work(self, work: Work) -> None:
         raise NotImplementedError
 
