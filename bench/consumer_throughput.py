@@ -11,8 +11,11 @@ each reading a whole topic from the beginning under a new consumer group:
                    batch, commit that partition's offset (as consumer_lib does). No dedup.
 - plain + dedup:   the same loop plus consumer_lib's own processed_events insert in the
                    transaction: what the dedup statement itself costs.
-- consumer_lib:    Consumer(ConsumerApp) with PsycopgAsync, default settings (up to 4
-                   partitions at once); the handler runs the same INSERT on its connection.
+- plain, batched:  the plain loop with one transaction per partition's share of a getmany
+                   batch (one INSERT per event in it), then that partition's offset. No dedup.
+- consumer_lib:    Consumer(ConsumerApp) with PsycopgAsync, default settings (batch apply,
+                   up to 4 partitions at once); the handler runs the same INSERT on its
+                   connection.
 - consumer_lib, 1 partition at a time: max_concurrent_partitions=1 (multi-partition topics).
 - consumer_lib SqlAlchemyAsync (--sqlalchemy): AsyncSession, same INSERT.
 
@@ -47,7 +50,16 @@ if str(ROOT) not in sys.path:
 
 import psycopg  # noqa: E402
 
-from bench.consume.contenders import BASELINE, DISTURBED, LIB, SQL, Target, variants  # noqa: E402
+from bench.consume.contenders import (  # noqa: E402
+    BASELINE,
+    BATCHED,
+    DISTURBED,
+    LIB,
+    SQL,
+    SQLALCHEMY,
+    Target,
+    variants,
+)
 from bench.consume.report import Result, print_table, versions  # noqa: E402
 from bench.consume.topics import drop_topics, fill_topics  # noqa: E402
 from bench.database import admin, server_version, with_database  # noqa: E402
@@ -163,12 +175,18 @@ async def run(args: argparse.Namespace) -> int:
     print_table(results)
     print()
     for partitions in args.partition_counts:
-        lib = next(r for r in results if r.partitions == partitions and r.name == LIB)
-        base = next(r for r in results if r.partitions == partitions and r.name == BASELINE)
+        found = {r.name: r.median for r in results if r.partitions == partitions}
+        lib, base, batched = found[LIB], found[BASELINE], found[BATCHED]
         print(
             f"{partitions} partition(s): consumer_lib with dedup applies "
-            f"{lib.median / base.median:.2f}x the events/s of the plain consumer without dedup"
+            f"{lib / base:.2f}x the events/s of the plain per-event consumer without dedup, "
+            f"{lib / batched:.2f}x the plain batched consumer without dedup"
         )
+        if SQLALCHEMY in found:
+            print(
+                f"{partitions} partition(s): consumer_lib SqlAlchemyAsync applies "
+                f"{found[SQLALCHEMY] / batched:.2f}x the plain batched consumer without dedup"
+            )
     return 0
 
 

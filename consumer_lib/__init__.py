@@ -16,7 +16,13 @@ Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consume
 from consumer_lib.app import ConsumerApp
 from consumer_lib.consumer import Consumer, run_consumer
 from consumer_lib.database import Database, PsycopgAsync, SqlAlchemyAsync, SqlAlchemySync
-from consumer_lib.errors import ConsumerConfigError, ConsumerError, PoisonRecord, TransientError
+from consumer_lib.errors import (
+    ConsumerConfigError,
+    ConsumerError,
+    HandlerKindError,
+    PoisonRecord,
+    TransientError,
+)
 from consumer_lib.event import ConsumedEvent
 from consumer_lib.observer import ConsumerStats
 from consumer_lib.settings import ConsumerSettings
@@ -31,6 +37,7 @@ __all__ = [
     "ConsumerSettings",
     "ConsumerStats",
     "Database",
+    "HandlerKindError",
     "KafkaSecurity",
     "PoisonRecord",
     "PsycopgAsync",

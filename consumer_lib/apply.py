@@ -1,27 +1,32 @@
-"""The apply policy: what becomes of one record.
+"""The apply policy: what becomes of a record, or of a batch of a partition's records.
 
 Decode it; in one database transaction record (group, event_id) and run the handler (a
 duplicate skips the handler). Transient failures (the database or a dependency briefly
 away) are retried with backoff and without limit; the handler's own failures count, and
 after max_attempts the record is dead-lettered. A record that cannot be decoded, has no
 event_id or no handler is dead-lettered or skipped as the settings say. Either way it is
-then settled; only stopping while it still fails leaves it (Abandon) for the next run.
+then settled; only stopping, or its partition being revoked, while it still fails leaves
+it (Abandon) for the next owner: a rebalance never waits for a database that is away.
+A batch is retried whole on transient failures; on a handler failure it reports so and
+the caller re-applies its records one at a time (consumer_lib.batch_apply).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from dataclasses import dataclass
 
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRecord, TopicPartition
 
-from consumer_lib.app import ConsumerApp
-from consumer_lib.database import Handler
+from consumer_lib.app import ConsumerApp, Registration
 from consumer_lib.dead_letters import DeadLetters
 from consumer_lib.errors import PoisonRecord, is_transient
 from consumer_lib.event import ConsumedEvent, decode
 from consumer_lib.observer import ConsumerObserver
-from consumer_lib.tracing import process_span
+from consumer_lib.offsets import Offsets
+from consumer_lib.work import Job, Work
 from outbox_core.driver_errors import first_line
 from outbox_core.supervisor import Supervisor
 
@@ -29,7 +34,34 @@ log = logging.getLogger("consumer_lib")
 
 
 class Abandon(Exception):
-    """Stopping while a record is still failing: leave it for the next run."""
+    """Stopping, or the partition revoked, while a record is still failing: leave it for
+    the next owner."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A decoded record with its handler: ready to apply."""
+
+    record: ConsumerRecord
+    event: ConsumedEvent
+    registration: Registration
+
+    @property
+    def size(self) -> int:
+        return len(self.record.value or b"") + len(self.record.key or b"")
+
+    def job(self) -> Job:
+        event_id = str(self.event.event_id) if self.event.event_id is not None else None
+        reg = self.registration
+        return Job(event_id, self.event, reg.fn, bulk=reg.bulk)
+
+
+@dataclass(frozen=True)
+class Settle:
+    """A record not to apply: dead-letter it (error) or skip it (None)."""
+
+    record: ConsumerRecord
+    error: PoisonRecord | None
 
 
 class ApplyPolicy:
@@ -40,59 +72,69 @@ class ApplyPolicy:
         supervisor: Supervisor,
         observer: ConsumerObserver,
         dead_letters: DeadLetters,
+        offsets: Offsets,
     ) -> None:
         self.app = app
         self.settings = app.settings
         self._sup = supervisor
         self._observer = observer
         self._dead_letters = dead_letters
+        self._offsets = offsets
+
+    def holding(self, tp: TopicPartition) -> bool:
+        """Whether work on the partition may go on: not stopping, not being revoked."""
+        return not self._sup.stopping.is_set() and self._offsets.taking(tp)
 
     async def process(self, record: ConsumerRecord) -> None:
         """Apply the record, or settle it otherwise (skipped, dead-lettered).
 
-        Raises Abandon when the consumer stops while the record is still failing."""
+        Raises Abandon when the consumer stops, or the partition goes, while the record is
+        still failing."""
+        found = self.examine(record)
+        if isinstance(found, Settle):
+            await self.settle(found)
+        else:
+            await self.apply_one(found)
+
+    def examine(self, record: ConsumerRecord) -> Prepared | Settle:
+        """What to do with the record; nothing done yet."""
         s = self.settings
         try:
             event = decode(record)
         except PoisonRecord as exc:
-            await self._dead_letters.send(record, exc)
-            return
+            return Settle(record, exc)
         if event.event_id is None and s.missing_event_id != "process":
             if s.missing_event_id == "dead_letter":
-                await self._dead_letters.send(record, PoisonRecord("record has no event_id header"))
-            else:
-                self._observer.skipped()
-            return
-        handler = self.app.find(event.topic, event.event_type)
-        if handler is None:
+                return Settle(record, PoisonRecord("record has no event_id header"))
+            return Settle(record, None)
+        registration = self.app.find(event.topic, event.event_type)
+        if registration is None:
             if s.unhandled == "dead_letter":
-                await self._dead_letters.send(
-                    record, PoisonRecord(f"no handler for {event.event_type!r}")
-                )
-            else:
-                self._observer.skipped()
-            return
-        await self._apply(record, event, handler)
+                return Settle(record, PoisonRecord(f"no handler for {event.event_type!r}"))
+            return Settle(record, None)
+        return Prepared(record, event, registration)
 
-    async def _apply(self, record: ConsumerRecord, event: ConsumedEvent, handler: Handler) -> None:
-        s = self.settings
+    async def settle(self, settle: Settle) -> None:
+        if settle.error is None:
+            self._observer.skipped()
+        else:
+            await self._dead_letters.send(settle.record, settle.error)
+
+    async def apply_one(self, item: Prepared) -> None:
+        """Apply one record in a transaction of its own, retrying; dead-letter it after
+        max_attempts handler failures."""
+        record, s = item.record, self.settings
+        tp = TopicPartition(record.topic, record.partition)
         failures = 0
         delay = s.backoff_base_s
         while True:
-            started = time.perf_counter()
+            work = Work(s.group_id, [item.job()])
             try:
-                applied = await self._attempt(event, handler)
+                await self._attempt(work, [item])
+                return
             except Exception as exc:
                 if is_transient(exc):
-                    self._observer.transient_failure()
-                    log.warning(
-                        "transient failure; retrying the record",
-                        extra={
-                            "topic": record.topic,
-                            "offset": record.offset,
-                            "error": first_line(exc),
-                        },
-                    )
+                    self._transient(exc, record)
                 else:
                     failures += 1
                     self._observer.handler_failure()
@@ -107,24 +149,64 @@ class ApplyPolicy:
                             "error": first_line(exc),
                         },
                     )
-                if self._sup.stopping.is_set():
-                    raise Abandon from exc
-                await self._sup.sleep(delay)
-                delay = min(delay * 2, s.backoff_max_s)
-                continue
-            elapsed = time.perf_counter() - started
-            if applied:
-                self._observer.applied(record.topic, elapsed)
-            else:
-                self._observer.duplicate(record.topic, elapsed)
-            return
+                delay = await self._backoff(tp, delay, exc)
 
-    async def _attempt(self, event: ConsumedEvent, handler: Handler) -> bool:
-        """One transaction, in its own span; False: the group had applied the event."""
-        group = self.settings.group_id
-        event_id = str(event.event_id) if event.event_id is not None else None
-        with process_span(event, group) as span:
-            applied = await self.app.database.apply(group, event_id, handler, event)
-            if span is not None and not applied:
-                span.set_attribute("outbox.duplicate", True)
-        return applied
+    async def apply_batch(self, items: list[Prepared]) -> bool:
+        """Apply the records in one transaction, retrying transient failures; False (all
+        rolled back) when a handler failed: re-apply them one at a time."""
+        record = items[0].record
+        tp = TopicPartition(record.topic, record.partition)
+        delay = self.settings.backoff_base_s
+        while True:
+            work = Work(self.settings.group_id, [item.job() for item in items])
+            try:
+                await self._attempt(work, items)
+                return True
+            except Exception as exc:
+                if not is_transient(exc):
+                    log.info(
+                        "a handler failed in a batch; applying its records one at a time",
+                        extra={
+                            "topic": record.topic,
+                            "offset": record.offset,
+                            "error": first_line(exc),
+                        },
+                    )
+                    return False
+                self._transient(exc, record)
+                delay = await self._backoff(tp, delay, exc)
+
+    async def _attempt(self, work: Work, items: list[Prepared]) -> None:
+        started = time.perf_counter()
+        await self.app.database.apply_work(work)
+        # One transaction's time, shared by its events (a batch's cost per event); counted
+        # per topic and outcome, not per event: metrics per event cost as much as a handler.
+        elapsed = (time.perf_counter() - started) / len(items)
+        outcomes = Counter(
+            (item.record.topic, applied) for item, applied in zip(items, work.applied, strict=True)
+        )
+        for (topic, applied), events in outcomes.items():
+            if applied:
+                self._observer.applied(topic, elapsed, events)
+            else:
+                self._observer.duplicate(topic, elapsed, events)
+
+    def _transient(self, exc: Exception, record: ConsumerRecord) -> None:
+        self._observer.transient_failure()
+        log.warning(
+            "transient failure; retrying",
+            extra={"topic": record.topic, "offset": record.offset, "error": first_line(exc)},
+        )
+
+    async def _backoff(self, tp: TopicPartition, delay: float, exc: Exception) -> float:
+        """Sleep before the next try, cut short by stopping or a revocation; raises Abandon
+        when the partition's work must stop. Returns the next delay."""
+        if not self.holding(tp):
+            raise Abandon from exc
+        revoking = self._offsets.revoking
+        # Woken by a revocation that starts meanwhile; one already under way (of other
+        # partitions: aiokafka revokes all at once) would wake it at once, every time.
+        await self._sup.sleep(delay, *(() if revoking.is_set() else (revoking,)))
+        if not self.holding(tp):
+            raise Abandon from exc
+        return min(delay * 2, self.settings.backoff_max_s)

@@ -1,14 +1,15 @@
 """The consumer: apply each event exactly once, commit the Kafka offset only after the DB.
 
-For every record, in partition order: decode it; in one database transaction insert
-(group, event_id) into processed_events and run the handler (a duplicate skips the
-handler); commit; only then is the record's offset eligible for the Kafka commit.
+For each partition's records of a fetch, in order: decode them; in one database transaction
+per batch insert the (group, event_id) pairs into processed_events and run the handlers
+(duplicates skip theirs); commit; only then are the offsets eligible for the Kafka commit.
 Transient failures (the database or Kafka briefly away) are retried with backoff and
 nothing past them is committed. A record that cannot be decoded, or whose handler still
 fails after max_attempts, goes to the dead-letter topic with where it came from and the
 error in its headers, and then counts as done. One bad record never stops the consumer.
 
-This module runs the loop; the pieces are apply (what becomes of a record), offsets
+This module runs the loop; the pieces are batch_apply (a partition's records in batches),
+apply (what becomes of a record or a batch), work (one transaction's events), offsets
 (the done-map, commits, revocation), dead_letters, observer (stats and metrics) and
 outbox_core.supervisor (sleeping, retrying, side tasks, liveness).
 
@@ -30,7 +31,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumer_lib.app import ConsumerApp
-from consumer_lib.apply import Abandon, ApplyPolicy
+from consumer_lib.apply import ApplyPolicy
+from consumer_lib.batch_apply import PartitionApply
 from consumer_lib.dead_letters import DeadLetters
 from consumer_lib.errors import ConsumerConfigError, kafka_retriable
 from consumer_lib.event import ConsumedEvent
@@ -116,8 +118,13 @@ class Consumer:
             raise
         offsets = self._offsets = Offsets(kafka, self.observer)
         policy = ApplyPolicy(
-            self.app, supervisor=sup, observer=self.observer, dead_letters=dead_letters
+            self.app,
+            supervisor=sup,
+            observer=self.observer,
+            dead_letters=dead_letters,
+            offsets=offsets,
         )
+        partition = PartitionApply(policy, offsets, sup)
         kafka.subscribe(self.app.topics, listener=offsets.listener())
         self.observer.kafka_reachable(True)
         sup.spawn(
@@ -140,7 +147,7 @@ class Consumer:
                 self.observer.kafka_reachable(True)
                 if batch:
                     async with offsets.round:
-                        await self._within_grace(self._process_round(batch, offsets, policy))
+                        await self._within_grace(self._process_round(batch, offsets, partition))
         finally:
             await sup.cancel_all()
             await offsets.commit(None)
@@ -180,22 +187,13 @@ class Consumer:
         self,
         batch: dict[TopicPartition, list[ConsumerRecord]],
         offsets: Offsets,
-        policy: ApplyPolicy,
+        partition: PartitionApply,
     ) -> None:
         gate = asyncio.Semaphore(self.settings.max_concurrent_partitions)
-        stopping = self.supervisor.stopping
 
         async def one_partition(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
             async with gate:
-                for record in records:
-                    if stopping.is_set() or not offsets.taking(tp):
-                        break  # abandoned: not marked done, so read again by the next owner
-                    try:
-                        await policy.process(record)
-                    except Abandon:
-                        break
-                    offsets.done(tp, record.offset)
-                    self.supervisor.tick()
+                await partition.run(tp, records)
                 await offsets.commit({tp})
 
         await asyncio.gather(*(one_partition(tp, recs) for tp, recs in batch.items()))

@@ -1,17 +1,19 @@
-"""The database side of a consumer: a transaction per record, with the dedup insert in it.
+"""The database side of a consumer: a transaction per Work (one record, or a batch of a
+partition's records), with the dedup insert in it.
 
 One Protocol (Database) and three implementations, chosen by what the handler wants:
 an AsyncSession (SqlAlchemyAsync), a sync Session run in a worker thread
-(SqlAlchemySync), or a psycopg AsyncConnection from a pool (PsycopgAsync).
+(SqlAlchemySync), or a psycopg AsyncConnection from a pool (PsycopgAsync). Each opens one
+session or connection per Work, never one per event.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from consumer_lib.errors import is_transient
+from consumer_lib.work import Handler, Job, Work, run_async, run_sync
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.executors import (
@@ -29,24 +31,28 @@ __all__ = [
     "PsycopgAsync",
     "SqlAlchemyAsync",
     "SqlAlchemySync",
+    "Work",
     "is_transient",
 ]
-
-# handler(event, session) -> None or awaitable
-Handler = Callable[[Any, Any], Any]
 
 
 class Database(Protocol):
     dialect: Dialect
+    # Whether handlers must be coroutine functions (checked when they are registered).
+    async_handlers: bool
+
+    async def apply_work(self, work: Work) -> None:
+        """In one transaction: record the work's event_ids (one statement), run the
+        handlers of those recorded now in order, commit; work.applied says which ran.
+
+        Raises what a handler raised, or what the driver raised (the dedup statement's
+        failures as outbox_core errors, see is_transient), after rolling back.
+        """
+        ...
 
     async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
-        """In one transaction: record (group, event_id), run the handler, commit.
-
-        Returns False, without running the handler, when the pair was already recorded.
-        With event_id None the handler runs without dedup. Raises what the handler raised,
-        or what the driver raised (the dedup statement's failures as outbox_core errors,
-        see is_transient), after rolling back.
-        """
+        """apply_work of one event: False, without running the handler, when the group
+        had recorded it. With event_id None the handler runs without dedup."""
         ...
 
     async def purge(self, retention_s: float, limit: int) -> int: ...
@@ -54,9 +60,16 @@ class Database(Protocol):
     async def close(self) -> None: ...
 
 
-def _dedup(group: str, event_id: str) -> Statement:
-    """Returns a row the first time the group records the event, none for a duplicate."""
-    return Statement("processed_event_insert", {"consumer_group": group, "event_id": event_id})
+class _ApplyOne:
+    """Database.apply for every adapter: a Work of one event through its apply_work."""
+
+    async def apply_work(self, work: Work) -> None:
+        raise NotImplementedError
+
+    async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
+        work = Work(group, [Job(event_id, event, call)])
+        await self.apply_work(work)
+        return work.applied[0]
 
 
 def _purge(dialect: Dialect, retention_s: float, limit: int) -> Statement:
@@ -65,8 +78,10 @@ def _purge(dialect: Dialect, retention_s: float, limit: int) -> Statement:
     return Statement("processed_event_purge", params)
 
 
-class SqlAlchemyAsync:
+class SqlAlchemyAsync(_ApplyOne):
     """Handlers get an AsyncSession inside `session.begin()`."""
+
+    async_handlers = True
 
     def __init__(self, engine: Any) -> None:
         from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -75,16 +90,9 @@ class SqlAlchemyAsync:
         self.dialect = sqlalchemy_dialect(engine.sync_engine)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
-    async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
+    async def apply_work(self, work: Work) -> None:
         async with self._sessions() as session, session.begin():
-            if event_id is not None:
-                executor = AsyncSqlAlchemyExecutor(await session.connection())
-                if not await executor.run(_dedup(group, event_id)):
-                    return False
-            outcome = call(event, session)
-            if isinstance(outcome, Awaitable):
-                await outcome
-        return True
+            await run_async(work, AsyncSqlAlchemyExecutor(await session.connection()), session)
 
     async def purge(self, retention_s: float, limit: int) -> int:
         async with self.engine.begin() as conn:
@@ -95,8 +103,10 @@ class SqlAlchemyAsync:
         await self.engine.dispose()
 
 
-class SqlAlchemySync:
+class SqlAlchemySync(_ApplyOne):
     """Sync handlers get a Session inside `session.begin()`, run in a worker thread."""
+
+    async_handlers = False
 
     def __init__(self, engine: Any) -> None:
         from sqlalchemy.orm import sessionmaker
@@ -105,17 +115,12 @@ class SqlAlchemySync:
         self.dialect = sqlalchemy_dialect(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
-    def _apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
+    def _apply_work(self, work: Work) -> None:
         with self._sessions() as session, session.begin():
-            if event_id is not None:
-                executor = SqlAlchemyExecutor(session.connection())
-                if not executor.run(_dedup(group, event_id)):
-                    return False
-            call(event, session)
-        return True
+            run_sync(work, SqlAlchemyExecutor(session.connection()), session)
 
-    async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
-        return await asyncio.to_thread(self._apply, group, event_id, call, event)
+    async def apply_work(self, work: Work) -> None:
+        await asyncio.to_thread(self._apply_work, work)
 
     def _purge(self, retention_s: float, limit: int) -> int:
         with self.engine.begin() as conn:
@@ -128,10 +133,11 @@ class SqlAlchemySync:
         await asyncio.to_thread(self.engine.dispose)
 
 
-class PsycopgAsync:
+class PsycopgAsync(_ApplyOne):
     """Handlers get a psycopg AsyncConnection inside `conn.transaction()` (Postgres)."""
 
     dialect: Dialect = "postgres"
+    async_handlers = True
 
     def __init__(
         self, conninfo: str, *, max_connections: int = 8, pool_timeout_s: float = 10.0
@@ -151,22 +157,15 @@ class PsycopgAsync:
         if self._pool.closed:  # not opened yet (a pool closed after use refuses to reopen)
             await self._pool.open()
 
-    async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
+    async def apply_work(self, work: Work) -> None:
         await self._ready()
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                if event_id is not None:
-                    executor = AsyncPsycopgExecutor(conn)
-                    if not await executor.run(_dedup(group, event_id)):
-                        return False
-                outcome = call(event, conn)
-                if isinstance(outcome, Awaitable):
-                    await outcome
+                await run_async(work, AsyncPsycopgExecutor(conn), conn)
         except Exception as exc:
             if is_transient(exc):
                 await self._sweep()
             raise
-        return True
 
     async def _sweep(self) -> None:
         """After a transient failure: the retry and the records after it must not each

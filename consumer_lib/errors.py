@@ -18,6 +18,11 @@ class ConsumerConfigError(ConsumerError, ValueError):
     """Invalid settings or app definition; the consumer refuses to start."""
 
 
+class HandlerKindError(ConsumerError, TypeError):
+    """A handler registered with an adapter of the other kind: an async handler with
+    SqlAlchemySync, or a sync one with SqlAlchemyAsync or PsycopgAsync."""
+
+
 class TransientError(ConsumerError):
     """Raise (or subclass) from a handler for a failure that should be retried without
     counting against the record's attempts: a dependency that is briefly down."""

@@ -60,22 +60,25 @@ class ConsumerObserver:
 
     # ------------------------------------------------------------------ records
 
-    def applied(self, topic: str, elapsed_s: float) -> None:
-        """The handler ran and its transaction committed."""
-        self._transaction(elapsed_s)
-        self.stats.processed += 1
-        self.metrics.processed.labels(topic=topic).inc()
-        self.metrics.handler_latency.labels(topic=topic).observe(elapsed_s)
+    def applied(self, topic: str, elapsed_s: float, events: int = 1) -> None:
+        """The handlers of `events` events of the topic ran and their transaction committed;
+        elapsed_s: that transaction's time per event."""
+        self._transaction(elapsed_s, events)
+        self.stats.processed += events
+        self.metrics.processed.labels(topic=topic).inc(events)
+        latency = self.metrics.handler_latency.labels(topic=topic)
+        for _ in range(events):
+            latency.observe(elapsed_s)
 
-    def duplicate(self, topic: str, elapsed_s: float) -> None:
-        """The group had applied the event already: the handler did not run."""
-        self._transaction(elapsed_s)
-        self.stats.duplicates += 1
-        self.metrics.duplicates.labels(topic=topic).inc()
+    def duplicate(self, topic: str, elapsed_s: float, events: int = 1) -> None:
+        """The group had applied the events already: their handlers did not run."""
+        self._transaction(elapsed_s, events)
+        self.stats.duplicates += events
+        self.metrics.duplicates.labels(topic=topic).inc(events)
 
-    def _transaction(self, elapsed_s: float) -> None:
+    def _transaction(self, elapsed_s: float, events: int) -> None:
         self.db_ok = True
-        self.stats.handler_seconds.append(elapsed_s)
+        self.stats.handler_seconds.extend([elapsed_s] * events)
 
     def transient_failure(self) -> None:
         self.db_ok = False

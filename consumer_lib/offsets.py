@@ -1,5 +1,6 @@
 """Offsets follow the database: a record's offset reaches Kafka only once its transaction
-has committed, and a partition being revoked first commits what is done, then goes."""
+has committed, and a partition being revoked first commits what is done, then goes (its
+records still failing are abandoned, not retried, while it does)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,18 @@ class Offsets:
         self._next: dict[TopicPartition, int] = {}
         # Partitions being revoked: their loops take no new record.
         self._revoking: set[TopicPartition] = set()
+        # Set while a revocation waits for the round: retry back-offs wake up and give up.
+        self.revoking = asyncio.Event()
         self.round = asyncio.Lock()  # held while a getmany round is being processed
 
     def taking(self, tp: TopicPartition) -> bool:
         """Whether the partition's loop may take another record (it is not being revoked)."""
         return tp not in self._revoking
+
+    def taken(self, tp: TopicPartition, offset: int) -> None:
+        """The partition's records from offset on are being processed: until one is done,
+        the next to process is the first of them (a batch in flight is not applied yet)."""
+        self._next.setdefault(tp, offset)
 
     def done(self, tp: TopicPartition, offset: int) -> None:
         """The record at offset is applied (its transaction committed, or it was settled)."""
@@ -77,13 +85,18 @@ class Offsets:
     async def revoke(self, revoked: set[TopicPartition]) -> None:
         """Commit what the database committed for these partitions, then let them go."""
         self._revoking |= revoked
-        async with self.round:  # the record in flight finishes; the rest is abandoned
+        self.revoking.set()
+        # The transaction in flight finishes; retries stop at their next failure, and the
+        # rest is abandoned: a database that is away does not hold up the rebalance.
+        async with self.round:
             await self.commit(revoked)  # still ours until this callback returns
             for tp in revoked:
                 self._done.pop(tp, None)
                 self._next.pop(tp, None)
                 self._observer.revoked(tp)
         self._revoking -= revoked
+        if not self._revoking:
+            self.revoking.clear()
         log.info("partitions revoked", extra={"partitions": sorted(str(tp) for tp in revoked)})
 
 

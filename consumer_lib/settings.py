@@ -22,7 +22,13 @@ class ConsumerSettings:
     missing_event_id: MissingIdPolicy = "dead_letter"
     unhandled: Literal["skip", "dead_letter"] = "skip"
     max_concurrent_partitions: int = 4
-    max_records: int = 500
+    max_records: int = 500  # records per fetch (getmany), all partitions together
+    # Batch apply: a partition's consecutive records of one fetch share a transaction, up to
+    # batch_max_records records and batch_max_bytes of keys and values. batch=False: a
+    # transaction per record, for every handler (a handler opts out alone with batch=False).
+    batch: bool = True
+    batch_max_records: int = 500
+    batch_max_bytes: int = 1024 * 1024
     retention_s: float = 30 * 24 * 3600.0
     purge_interval_s: float = 300.0
     purge_batch_size: int = 1000
@@ -58,6 +64,8 @@ class ConsumerSettings:
             raise ConsumerConfigError(
                 "max_attempts, max_concurrent_partitions and max_records must be at least 1"
             )
+        if self.batch_max_records < 1 or self.batch_max_bytes < 1:
+            raise ConsumerConfigError("batch_max_records and batch_max_bytes must be at least 1")
         if self.missing_event_id not in ("dead_letter", "process", "skip"):
             raise ConsumerConfigError("missing_event_id must be dead_letter, process or skip")
         if self.http_port is not None and not 0 <= self.http_port <= 65535:

@@ -2,9 +2,9 @@
 
 producer_lib stores the W3C trace context (traceparent, tracestate) of the emitting code in
 the event's headers; the relay copies them into the Kafka record's headers. Here, when
-OpenTelemetry is installed (the `otel` extra), the context is extracted from the record and
-each attempt to apply the event runs inside a CONSUMER span named "<topic> process" whose
-parent is the producer's span. Without OpenTelemetry this is a no-op.
+OpenTelemetry is installed (the `otel` extra) and an SDK set up, the context is extracted
+from the record and each handler call for the event runs inside a CONSUMER span named
+"<topic> process" whose parent is the producer's span. Without either this is a no-op.
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ except ImportError:  # the otel extra is optional
 TRACER_NAME = "consumer_lib"
 
 
+def tracing() -> bool:
+    """Whether an OpenTelemetry SDK is set up: without one every span is a no-op, and making
+    it costs about as much per event as the consumer's own code (docs/benchmarks.md)."""
+    if _trace is None:
+        return False
+    return not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+
+
 @contextlib.contextmanager
 def process_span(event: ConsumedEvent, group: str) -> Iterator[Any]:
     """The span an attempt to apply `event` runs in (yields None without OpenTelemetry).
@@ -33,7 +41,7 @@ def process_span(event: ConsumedEvent, group: str) -> Iterator[Any]:
     driver's, when instrumented) are its children; an exception raised in the block is
     recorded on it and marks it as an error.
     """
-    if _trace is None or _propagate is None:
+    if _trace is None or _propagate is None or not tracing():
         yield None
         return
     parent = _propagate.extract(event.headers)  # reads traceparent / tracestate (and baggage)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumer_lib import Database
-from consumer_lib.database import Handler
+from consumer_lib.database import Handler, Work
 
 
 @dataclass
@@ -28,9 +28,9 @@ class Clock:
         if self.first is None:
             self.first = time.perf_counter()
 
-    def committed(self) -> None:
-        self.count += 1
-        if self.count == self.total:
+    def committed(self, events: int = 1) -> None:
+        self.count += events
+        if self.count >= self.total and self.last is None:
             self.last = time.perf_counter()
             self.done.set()
 
@@ -41,12 +41,19 @@ class Clock:
 
 
 class ClockedDatabase:
-    """consumer_lib's Database with the clock around apply (one call and a counter more)."""
+    """consumer_lib's Database with the clock around each transaction (one call and a
+    counter more)."""
 
     def __init__(self, inner: Database, clock: Clock) -> None:
         self.inner = inner
         self.dialect = inner.dialect
+        self.async_handlers = inner.async_handlers
         self.clock = clock
+
+    async def apply_work(self, work: Work) -> None:
+        self.clock.start()
+        await self.inner.apply_work(work)
+        self.clock.committed(len(work.jobs))
 
     async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
         self.clock.start()

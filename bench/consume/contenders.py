@@ -32,6 +32,11 @@ from outbox_core.queries import query
 
 SQL = load_sql("consumer.sql")
 
+BASELINE = "plain aiokafka, no dedup"
+BATCHED = "plain aiokafka, batched transactions, no dedup"
+LIB = "consumer_lib PsycopgAsync"
+SQLALCHEMY = "consumer_lib SqlAlchemyAsync"
+
 
 # Runs in which consumer_lib met database or broker failures: their rate is not clean.
 DISTURBED: list[str] = []
@@ -64,7 +69,10 @@ class Target:
 Contender = Callable[[Target], Awaitable[float]]
 
 
-def plain(dedup: bool) -> Contender:
+def plain(dedup: bool, batched: bool = False) -> Contender:
+    """batched: one transaction per partition's share of a fetch (consumer_lib's default
+    batch bounds hold: a fetch is at most 500 records), one row INSERT per event in it."""
+
     async def run(t: Target) -> float:
         clock = Clock(t.total)
         conn = await psycopg.AsyncConnection.connect(t.conninfo)  # not autocommit
@@ -85,8 +93,15 @@ def plain(dedup: bool) -> Contender:
                     raise TimeoutError(f"plain: {clock.count}/{t.total} in {t.timeout_s:.0f}s")
                 batch = await kafka.getmany(timeout_ms=500, max_records=500)
                 for tp, records in batch.items():
+                    clock.start()
+                    if batched:
+                        async with conn.transaction():
+                            for record in records:
+                                await conn.execute(INSERT, insert_params(json.loads(record.value)))
+                        clock.committed(len(records))
+                        await kafka.commit({tp: records[-1].offset + 1})
+                        continue
                     for record in records:
-                        clock.start()
                         payload = json.loads(record.value)
                         async with conn.transaction():
                             if dedup:
@@ -182,9 +197,10 @@ class Variant:
 
 def variants(with_sqlalchemy: bool) -> list[Variant]:
     out = [
-        Variant("plain aiokafka, no dedup", plain(dedup=False)),
+        Variant(BASELINE, plain(dedup=False)),
         Variant("plain aiokafka + dedup insert", plain(dedup=True)),
-        Variant("consumer_lib PsycopgAsync", consumer_lib("psycopg")),
+        Variant(BATCHED, plain(dedup=False, batched=True)),
+        Variant(LIB, consumer_lib("psycopg")),
         Variant(
             "consumer_lib PsycopgAsync, 1 partition at a time",
             consumer_lib("psycopg", concurrency=1),
@@ -192,11 +208,5 @@ def variants(with_sqlalchemy: bool) -> list[Variant]:
         ),
     ]
     if with_sqlalchemy:
-        out.append(Variant("consumer_lib SqlAlchemyAsync", consumer_lib("sqlalchemy")))
+        out.append(Variant(SQLALCHEMY, consumer_lib("sqlalchemy")))
     return out
-
-
-BASELINE = "plain aiokafka, no dedup"
-
-
-LIB = "consumer_lib PsycopgAsync"

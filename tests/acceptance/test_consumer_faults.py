@@ -269,6 +269,55 @@ async def test_sigkill_at_random_points_applies_every_event_exactly_once(
     )
 
 
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_sigkill_mid_batch_leaves_nothing_of_the_batch_then_applies_each_event_once(
+    adapter: str,
+    pg: Backend,
+    kafka_bootstrap: str,
+    topics: TopicFactory,
+    fleet: ConsumerFleet,
+) -> None:
+    """SIGKILL (the process kills itself) at the 57th handler call, in the middle of a batch
+    of up to 200 records: the batch's transaction never commits, so none of the handler
+    calls before it in that batch left an effect (a transaction per record would have left
+    56). A second consumer then applies every event exactly once: one business row per
+    event_id."""
+    topic = await topics("sigkill-batch")
+    events = make_events(300, keys=30, seed=43)
+    layout = await produce(kafka_bootstrap, topic, with_duplicates(events, 30, seed=44))
+    group = new_group()
+
+    def env(name: str, crash: str | None) -> dict[str, str]:
+        return consumer_env(
+            pg,
+            kafka_bootstrap,
+            topics=[topic],
+            group=group,
+            name=name,
+            adapter=adapter,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            max_records=200,
+            crash=crash,
+        )
+
+    killed = fleet.start(env("killed", "in_handler:57"), "killed")
+    code = await wait_exit(killed, 120)
+    assert code == 9, f"killed exited {code}:\n{killed.log()[-3000:]}"
+    assert "CONSUMER-TEST-CRASH in_handler" in killed.log()
+    found = await read_effects(pg)
+    assert len(found) < 56, f"{len(found)} effects: the killed batch committed a part"
+    committed = await committed_offsets(kafka_bootstrap, group, topic)
+    assert offset_problems(committed, layout, {e.event_id for e in found if e.event_id}) == []
+
+    final = fleet.start(env("final", None), "final")
+    await final.wait_log(ASSIGNED, 60)
+    await wait_all_committed(kafka_bootstrap, group, layout, fleet, 120)
+    await terminate(final)
+    found = await read_effects(pg)
+    final_verdict(pg, layout, group, found, await read_topic(kafka_bootstrap, f"{topic}.DLT"))
+    assert order_problems(found) == []
+
+
 # --------------------------------------------------------------------------- (b) join/leave
 
 

@@ -1,13 +1,17 @@
-"""Fixtures for the integration tests: the relay's store on each backend."""
+"""Fixtures for the integration tests: the relay's store on each backend; for consumer_lib,
+a prepared Postgres database, each adapter on each database, private topics."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from relay.store import Store
-from tests.support.db import Backend
+from tests.conftest import TopicFactory
+from tests.support.consumers import consumer_topics, prepare
+from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.stores import opened_store
 
 
@@ -16,3 +20,35 @@ async def store(backend: Backend) -> AsyncIterator[Store]:
     """The relay's store on this test's own migrated database, open for the test."""
     async with opened_store(backend) as opened:
         yield opened
+
+
+# (adapter, dialect): PsycopgAsync is Postgres only.
+CASES = [
+    ("psycopg_async", "postgres"),
+    ("sqlalchemy_async", "postgres"),
+    ("sqlalchemy_sync", "postgres"),
+    ("sqlalchemy_async", "sqlite"),
+    ("sqlalchemy_sync", "sqlite"),
+]
+CASE_IDS = [f"{a}-{d}" for a, d in CASES]
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Backend:
+    """A private Postgres database: producer_lib's schema plus consumer_effects."""
+    return prepare(postgres_backend(pg_url))
+
+
+@pytest.fixture(params=CASES, ids=CASE_IDS)
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
+    """Each database adapter on each database it supports, on a private prepared database."""
+    adapter, dialect = request.param
+    if dialect == "postgres":
+        return adapter, prepare(postgres_backend(request.getfixturevalue("pg_url")))
+    return adapter, prepare(sqlite_backend(tmp_path / "consumer.sqlite3"))
+
+
+@pytest.fixture
+async def topics(kafka_bootstrap: str) -> AsyncIterator[TopicFactory]:
+    async with consumer_topics(kafka_bootstrap) as make:
+        yield make

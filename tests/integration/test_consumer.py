@@ -16,7 +16,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,27 +26,26 @@ import pytest
 from consumer_lib import (
     ConsumedEvent,
     ConsumerApp,
-    ConsumerSettings,
     PsycopgAsync,
     TransientError,
 )
 from consumer_lib.consumer import MissingIdPolicy
 from consumer_lib.database import is_transient
-from outbox_core.kafka_security import KafkaSecurity
 from producer_lib import Event, Outbox
 from tests.conftest import TopicFactory
 from tests.support.consumers import (
     ADAPTERS,
     ConsumerProcess,
     GroupOffsets,
-    Layout,
     Outgoing,
     committed_offsets,
     consumer_env,
-    consumer_topics,
+    dead_letters,
     effect_handler,
     effect_problems,
     effects,
+    fast_settings,
+    header,
     make_database,
     make_events,
     new_group,
@@ -59,85 +58,16 @@ from tests.support.consumers import (
     running_consumer,
     terminate_other_connections,
     until,
+    wait_committed,
     with_duplicates,
 )
-from tests.support.db import Backend, postgres_backend, sqlite_backend
-from tests.support.kafka import Record, read_topic
+from tests.support.db import Backend
 from tests.support.ops import tcp_gate
 from tests.support.processes import ROOT
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
-
-
-# (adapter, dialect): PsycopgAsync is Postgres only.
-CASES = [
-    ("psycopg_async", "postgres"),
-    ("sqlalchemy_async", "postgres"),
-    ("sqlalchemy_sync", "postgres"),
-    ("sqlalchemy_async", "sqlite"),
-    ("sqlalchemy_sync", "sqlite"),
-]
-CASE_IDS = [f"{a}-{d}" for a, d in CASES]
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Backend:
-    """A private Postgres database: producer_lib's schema plus consumer_effects."""
-    return prepare(postgres_backend(pg_url))
-
-
-@pytest.fixture(params=CASES, ids=CASE_IDS)
-def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
-    """Each database adapter on each database it supports, on a private prepared database."""
-    adapter, dialect = request.param
-    if dialect == "postgres":
-        return adapter, prepare(postgres_backend(request.getfixturevalue("pg_url")))
-    return adapter, prepare(sqlite_backend(tmp_path / "consumer.sqlite3"))
-
-
-@pytest.fixture
-async def topics(kafka_bootstrap: str) -> AsyncIterator[TopicFactory]:
-    async with consumer_topics(kafka_bootstrap) as make:
-        yield make
-
-
-def settings(bootstrap: str, group: str, **over: Any) -> ConsumerSettings:
-    fast: dict[str, Any] = {"backoff_base_s": 0.01, "backoff_max_s": 0.2, "max_attempts": 3}
-    return ConsumerSettings(
-        security=KafkaSecurity.plaintext(),
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        **{**fast, **over},
-    )
-
-
-async def wait_committed(
-    bootstrap: str,
-    group: str,
-    layout: Layout,
-    timeout: float = 60,
-    alive: Callable[[], None] | None = None,
-) -> None:
-    """Until the group's committed offsets reach the end of every partition written to."""
-    want = layout.ends()
-
-    async def reached() -> bool:
-        got = await committed_offsets(bootstrap, group, layout.topic)
-        return all(got.get(p, 0) >= end for p, end in want.items())
-
-    await until(reached, timeout, f"offsets {want} committed by {group}", alive=alive)
-
-
-async def dead_letters(bootstrap: str, topic: str) -> list[Record]:
-    return await read_topic(bootstrap, f"{topic}.DLT", timeout=30)
-
-
-def header(record: Record, name: str) -> str:
-    raw = record.header(name)
-    assert raw is not None, f"no {name} header in {record.headers}"
-    return raw.decode()
 
 
 # --------------------------------------------------------------------------- adapters
@@ -154,7 +84,7 @@ async def test_each_adapter_applies_every_event_once_despite_duplicates(
     records = with_duplicates(events, 40, seed=2, partitions=3, cross_partition=5)
     layout = await produce(kafka_bootstrap, topic, records)
     group = new_group()
-    app = ConsumerApp(settings(kafka_bootstrap, group), make_database(adapter, backend))
+    app = ConsumerApp(fast_settings(kafka_bootstrap, group), make_database(adapter, backend))
     app.handler(topic, "OrderPlaced")(effect_handler(adapter, backend.dialect, group))
 
     async with running_consumer(app) as running:
@@ -188,7 +118,7 @@ async def test_dedup_is_per_group_and_a_republished_topic_applies_nothing_twice(
     first, second = new_group(), new_group()
 
     def app_for(group: str) -> ConsumerApp:
-        app = ConsumerApp(settings(kafka_bootstrap, group), PsycopgAsync(pg.target))
+        app = ConsumerApp(fast_settings(kafka_bootstrap, group), PsycopgAsync(pg.target))
         app.handler(topic)(effect_handler("psycopg_async", "postgres", group))
         return app
 
@@ -251,7 +181,7 @@ async def test_producer_lib_to_relay_to_consumer_lib_applies_each_committed_even
     committed, rolled_back = emit_orders(backend, topic, 400, seed=4)
     group = new_group()
     adapter = "sqlalchemy_async"
-    app = ConsumerApp(settings(kafka_bootstrap, group), make_database(adapter, backend))
+    app = ConsumerApp(fast_settings(kafka_bootstrap, group), make_database(adapter, backend))
     app.handler(topic, "OrderPlaced")(effect_handler(adapter, backend.dialect, group))
 
     async with (
@@ -288,7 +218,8 @@ async def test_failed_attempts_roll_back_retry_reruns_then_dead_letter_and_go_on
 ) -> None:
     """A failing handler's transaction rolls back with its dedup row, so the retry really
     runs the handler again; after max_attempts the record goes to the dead-letter topic
-    with where it came from and the error, and the records after it are applied."""
+    with where it came from and the error, and the records after it are applied. A
+    transaction per record (batch=False); in batches: test_consumer_batches.py."""
     adapter, backend = case
     topic = await topics("fail")
     events = make_events(30, keys=5, seed=6)
@@ -308,7 +239,8 @@ async def test_failed_attempts_roll_back_retry_reruns_then_dead_letter_and_go_on
     calls: list[ConsumedEvent] = []
     group = new_group()
     app = ConsumerApp(
-        settings(kafka_bootstrap, group, max_attempts=3), make_database(adapter, backend)
+        fast_settings(kafka_bootstrap, group, max_attempts=3, batch=False),
+        make_database(adapter, backend),
     )
     app.handler(topic)(
         effect_handler(adapter, backend.dialect, group, after_write=fail, calls=calls)
@@ -348,7 +280,8 @@ async def test_transient_errors_and_cut_connections_are_retried_without_limit(
     adapter: str, pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
     """TransientError and a connection cut mid-transaction (pg_terminate_backend) are
-    retried without counting against max_attempts: applied once, nothing dead-lettered."""
+    retried without counting against max_attempts: applied once, nothing dead-lettered.
+    A transaction per record (batch=False); in batches: test_consumer_batches.py."""
     topic = await topics("transient")
     events = make_events(40, keys=5, seed=7)
     layout = await produce(kafka_bootstrap, topic, events)
@@ -369,7 +302,10 @@ async def test_transient_errors_and_cut_connections_are_retried_without_limit(
             assert terminate_other_connections(pg) >= 1
 
     group = new_group()
-    app = ConsumerApp(settings(kafka_bootstrap, group, max_attempts=2), make_database(adapter, pg))
+    app = ConsumerApp(
+        fast_settings(kafka_bootstrap, group, max_attempts=2, batch=False),
+        make_database(adapter, pg),
+    )
     app.handler(topic)(
         effect_handler(adapter, "postgres", group, before_write=before, after_write=after)
     )
@@ -520,7 +456,9 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_consumption_contin
     layout = await produce(kafka_bootstrap, topic, poison_records(good))
     group = new_group()
     app = ConsumerApp(
-        settings(kafka_bootstrap, group, missing_event_id=missing_event_id, unhandled=unhandled),
+        fast_settings(
+            kafka_bootstrap, group, missing_event_id=missing_event_id, unhandled=unhandled
+        ),
         PsycopgAsync(pg.target),
     )
     app.handler(topic, "OrderPlaced")(effect_handler("psycopg_async", "postgres", group))
@@ -583,7 +521,9 @@ async def test_committed_offsets_never_pass_a_record_whose_effect_is_not_committ
                     in_handler.append(f"p{event.partition}: {committed} > {event.offset}")
             await inner(event, conn)
 
-        app = ConsumerApp(settings(kafka_bootstrap, group, max_records=25), PsycopgAsync(pg.target))
+        app = ConsumerApp(
+            fast_settings(kafka_bootstrap, group, max_records=25), PsycopgAsync(pg.target)
+        )
         app.handler(topic)(handler)
         samples: list[dict[int, int]] = []
         problems: list[str] = []
@@ -621,7 +561,9 @@ async def test_two_consumers_share_a_group_and_hand_over_on_graceful_stop(
     group = new_group()
 
     def app_for(name: str) -> ConsumerApp:
-        app = ConsumerApp(settings(kafka_bootstrap, group, max_records=20), PsycopgAsync(pg.target))
+        app = ConsumerApp(
+            fast_settings(kafka_bootstrap, group, max_records=20), PsycopgAsync(pg.target)
+        )
         app.handler(topic)(
             effect_handler("psycopg_async", "postgres", group, applied_by=name, delay_s=0.004)
         )
@@ -680,7 +622,7 @@ async def test_stop_gives_a_stuck_handler_shutdown_grace_s_then_leaves_its_recor
             await hang(event)  # the effect row is written, the transaction still open
 
     app = ConsumerApp(
-        settings(kafka_bootstrap, group, shutdown_grace_s=1.0), make_database(adapter, pg)
+        fast_settings(kafka_bootstrap, group, shutdown_grace_s=1.0), make_database(adapter, pg)
     )
     app.handler(topic)(handler)
     async with running_consumer(app) as running:
@@ -689,11 +631,12 @@ async def test_stop_gives_a_stuck_handler_shutdown_grace_s_then_leaves_its_recor
         await running.stop(timeout=15)
         stopped_in = asyncio.get_running_loop().time() - started
     assert stopped_in < 10, f"stop took {stopped_in:.1f}s with shutdown_grace_s=1"
-    assert await committed_offsets(kafka_bootstrap, group, topic) == {0: 4}
+    # Nothing past the stuck record (in a batch with it, the records before it rolled back too).
+    assert (await committed_offsets(kafka_bootstrap, group, topic)).get(0, 0) <= 4
     assert stuck not in processed_ids(pg, group)
     assert stuck not in {e.event_id for e in effects(pg)}
 
-    app = ConsumerApp(settings(kafka_bootstrap, group), make_database(adapter, pg))
+    app = ConsumerApp(fast_settings(kafka_bootstrap, group), make_database(adapter, pg))
     app.handler(topic)(real)
     async with running_consumer(app) as again:
         await wait_committed(kafka_bootstrap, group, layout, alive=again.check_alive)

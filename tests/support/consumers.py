@@ -29,15 +29,17 @@ from consumer_lib import (
     ConsumedEvent,
     Consumer,
     ConsumerApp,
+    ConsumerSettings,
     Database,
     PsycopgAsync,
     SqlAlchemyAsync,
     SqlAlchemySync,
 )
 from consumer_lib.database import Handler
+from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.queries import Dialect, parse_blocks
 from tests.support.db import Backend, postgres_backend, sqlite_backend
-from tests.support.kafka import create_topics, delete_topics, unique_topic_name
+from tests.support.kafka import Record, create_topics, delete_topics, read_topic, unique_topic_name
 from tests.support.processes import ChildProcess
 
 _SQL = Path(__file__).parent / "sql"
@@ -189,6 +191,38 @@ def effect_handler(
     raise ValueError(f"unknown adapter {adapter!r}")
 
 
+def bulk_effect_handler(
+    adapter: str, dialect: Dialect, group: str, *, calls: list[list[ConsumedEvent]]
+) -> Handler:
+    """An on_batch handler: one consumer_effects row per event, written in one executemany;
+    calls collects the list of events of every invocation."""
+    sql = consumer_sql(dialect, "effect_insert")
+
+    def rows(events: list[ConsumedEvent]) -> list[dict[str, Any]]:
+        calls.append(events)
+        return [effect_params(event, group, "bulk") for event in events]
+
+    if adapter == "sqlalchemy_sync":
+
+        def sync_bulk(events: list[ConsumedEvent], session: Any) -> None:
+            session.connection().exec_driver_sql(sql, rows(events))
+
+        return sync_bulk
+
+    if adapter == "sqlalchemy_async":
+
+        async def sa_bulk(events: list[ConsumedEvent], session: Any) -> None:
+            await (await session.connection()).exec_driver_sql(sql, rows(events))
+
+        return sa_bulk
+
+    async def pg_bulk(events: list[ConsumedEvent], conn: Any) -> None:
+        async with conn.cursor() as cur:
+            await cur.executemany(sql, rows(events))
+
+    return pg_bulk
+
+
 @dataclass(frozen=True)
 class Effect:
     group: str
@@ -229,6 +263,11 @@ def effects(backend: Backend, *, before: Any = None) -> list[Effect]:
 
 def processed_ids(backend: Backend, group: str) -> set[str]:
     return {str(r[0]) for r in _fetch(backend, "processed_event_ids", {"consumer_group": group})}
+
+
+def dedup_transactions(backend: Backend, group: str) -> int:
+    """How many transactions (on SQLite: at most) recorded the group's processed_events."""
+    return int(_fetch(backend, "processed_event_transactions", {"consumer_group": group})[0][0])
 
 
 def terminate_other_connections(backend: Backend) -> int:
@@ -649,3 +688,46 @@ class ConsumerFleet:
             if proc.running:
                 with contextlib.suppress(Exception):
                     proc.kill()
+
+
+# --------------------------------------------------------------------------- in-process tests
+
+
+def fast_settings(bootstrap: str, group: str, **over: Any) -> ConsumerSettings:
+    """Settings for a test: plaintext Kafka, short backoff, three attempts."""
+    fast: dict[str, Any] = {"backoff_base_s": 0.01, "backoff_max_s": 0.2, "max_attempts": 3}
+    return ConsumerSettings(
+        security=KafkaSecurity.plaintext(),
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        **{**fast, **over},
+    )
+
+
+async def wait_committed(
+    bootstrap: str,
+    group: str,
+    layout: Layout,
+    timeout: float = 60,
+    alive: Callable[[], None] | None = None,
+) -> None:
+    """Until the group's committed offsets reach the end of every partition written to."""
+    want = layout.ends()
+
+    async def reached() -> bool:
+        got = await committed_offsets(bootstrap, group, layout.topic)
+        return all(got.get(p, 0) >= end for p, end in want.items())
+
+    await until(reached, timeout, f"offsets {want} committed by {group}", alive=alive)
+
+
+async def dead_letters(bootstrap: str, topic: str) -> list[Record]:
+    """What the consumer put on the topic's dead-letter topic."""
+    return await read_topic(bootstrap, f"{topic}.DLT", timeout=30)
+
+
+def header(record: Record, name: str) -> str:
+    """A header of the record that must be there, as text."""
+    raw = record.header(name)
+    assert raw is not None, f"no {name} header in {record.headers}"
+    return raw.decode()

@@ -283,7 +283,8 @@ class TcpGate:
     """An address that refuses connections until open(), then forwards them to a real
     server ("host:port"; of a Kafka bootstrap list, the first). Kafka's metadata names the
     broker's own listener, so once a client has bootstrapped through the gate it talks to
-    the broker directly; a Postgres client stays on the gate."""
+    the broker directly; a Postgres client stays on the gate, so cut() loses its server
+    (connections reset, new ones refused) until open() again, without touching the server."""
 
     def __init__(self, target: str) -> None:
         host, _, port = target.split(",")[0].rpartition(":")
@@ -291,18 +292,35 @@ class TcpGate:
         self.port = free_port()
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None  # open()'s: cut() runs on it
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     async def open(self) -> None:
+        self.loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._forward, "127.0.0.1", self.port)
 
+    @property
+    def is_open(self) -> bool:
+        return self._server is not None
+
     async def close(self) -> None:
+        server = self._server
+        self.cut()
+        if server is not None:
+            await server.wait_closed()
+
+    def cut(self) -> None:
+        """Refuse new connections and reset the ones forwarded (from the loop's thread)."""
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+            self._server = None
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
         for task in self._pipes:
             task.cancel()
 
@@ -312,6 +330,7 @@ class TcpGate:
         except OSError:
             writer.close()
             return
+        self._writers |= {writer, up_writer}
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:

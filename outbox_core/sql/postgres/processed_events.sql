@@ -16,3 +16,13 @@ WHERE (consumer_group, event_id) IN (
     LIMIT %(limit)s
 )
 RETURNING 1;
+
+-- name: processed_event_insert_batch
+-- A batch's dedup in one statement: the event_ids back are the ones recorded for the first
+-- time (run their handlers); the rest were applied before. Sorted, so two transactions
+-- recording overlapping batches take the row locks in one order and cannot deadlock.
+INSERT INTO processed_events (consumer_group, event_id)
+SELECT %(consumer_group)s, e
+FROM (SELECT DISTINCT unnest(%(event_ids)s::uuid[]) AS e ORDER BY 1) AS ids
+ON CONFLICT (consumer_group, event_id) DO NOTHING
+RETURNING event_id::text;

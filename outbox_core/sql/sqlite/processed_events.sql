@@ -14,3 +14,11 @@ WHERE rowid IN (
     LIMIT :limit
 )
 RETURNING 1;
+
+-- name: processed_event_insert_batch
+-- event_ids: a JSON array. The event_ids back are recorded for the first time. The WHERE
+-- is SQLite's way of telling an upsert's ON CONFLICT from a join after INSERT ... SELECT.
+INSERT INTO processed_events (consumer_group, event_id)
+SELECT DISTINCT :consumer_group, value FROM json_each(:event_ids) WHERE true
+ON CONFLICT (consumer_group, event_id) DO NOTHING
+RETURNING event_id;

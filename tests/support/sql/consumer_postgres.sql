@@ -47,3 +47,9 @@ SELECT event_id::text FROM processed_events WHERE consumer_group = %(consumer_gr
 SELECT count(pg_terminate_backend(pid))
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend';
+
+-- name: processed_event_transactions
+-- How many transactions recorded the group's events: processed_at defaults to now(), the
+-- time its transaction started.
+SELECT count(DISTINCT processed_at) FROM processed_events
+WHERE consumer_group = %(consumer_group)s;

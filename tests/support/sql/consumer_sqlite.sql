@@ -34,3 +34,9 @@ FROM consumer_effects ORDER BY id;
 
 -- name: processed_event_ids
 SELECT event_id FROM processed_events WHERE consumer_group = :consumer_group;
+
+-- name: processed_event_transactions
+-- At most how many statements recorded the group's events: processed_at defaults to the
+-- time of the statement ('now' is fixed within one).
+SELECT count(DISTINCT processed_at) FROM processed_events
+WHERE consumer_group = :consumer_group;
