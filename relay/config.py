@@ -118,8 +118,10 @@ class RelaySettings(BaseSettings):
 
     @model_validator(mode="after")
     def _transport_settings(self) -> RelaySettings:
-        if self.transport == "kafka" and self.kafka.bootstrap_servers is None:
-            raise ValueError("kafka_bootstrap_servers is required with transport=kafka")
+        if self.transport == "kafka":
+            if self.kafka.bootstrap_servers is None:
+                raise ValueError("kafka_bootstrap_servers is required with transport=kafka")
+            self.kafka_security.check()
         return self
 
     def secrets(self) -> list[str]:
