@@ -29,13 +29,13 @@ def redis_relay_settings(backend: Backend, redis_url: str, **over: Any) -> Relay
     )
 
 
-def emit(backend: Backend, topic: str, n: int, keys: int, per_tx: int = 10) -> None:
-    """n events over `keys` keys, payload {"n": i}, in transactions of per_tx events."""
+def emit(backend: Backend, topic: str, n: int, keys: int, per_tx: int = 10, first: int = 0) -> None:
+    """n events over `keys` keys, payload {"n": i} from i=first, in transactions of per_tx."""
     outbox = Outbox()
-    for start in range(0, n, per_tx):
+    for start in range(first, first + n, per_tx):
         events = [
             Event(topic, f"key-{i % keys}", "OrderPlaced", {"n": i})
-            for i in range(start, min(start + per_tx, n))
+            for i in range(start, min(start + per_tx, first + n))
         ]
         with sync_tx(backend, "driver") as conn:
             outbox.emit_batch(conn, events)
