@@ -11,8 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scripts.service_redis import redis_start, redis_stop
+from tests.support.kafka import Record
 
 _NO_REDIS = (
     "REDIS_URL is not set. Run `scripts/services up` and "
@@ -67,3 +69,26 @@ def own_redis(data: Path) -> Iterator[OwnRedis]:
         yield server
     finally:
         server.stop()
+
+
+async def read_stream(url: str, stream: str) -> list[Record]:
+    """Every entry of the stream as the Kafka tests' Record (partition 0, offset = index),
+    with the headers the relay wrote as h:<name> fields."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        entries: Any = await client.xrange(stream)
+    finally:
+        await client.aclose()
+    return [
+        Record(
+            stream,
+            0,
+            i,
+            fields.get(b"key"),
+            fields.get(b"payload"),
+            tuple((k[2:].decode(), v) for k, v in fields.items() if k.startswith(b"h:")),
+        )
+        for i, (_, fields) in enumerate(entries)
+    ]
