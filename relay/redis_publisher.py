@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, model_validator
@@ -80,6 +80,7 @@ class RedisStreamPublisher:
         self._settings = settings
         self._stream = stream
         self._client: Redis | None = None
+        self._pending: set[asyncio.Future[None]] = set()  # EXECs in flight (kept referenced)
 
     async def start(self) -> None:
         client = connect(self._settings)
@@ -117,37 +118,48 @@ class RedisStreamPublisher:
         trim = self._trim()
         for record in records:
             pipe.xadd(record.topic, entry_fields(record), **trim)  # type: ignore[arg-type]
-        done = asyncio.ensure_future(_execute(pipe, records))
-        return [_ack_of(done, i) for i in range(len(records))]
+        # One ack per key (a key's entries succeed or fail together): the relay gathers
+        # a few futures, not one task per record.
+        loop = asyncio.get_running_loop()
+        acks: dict[tuple[str, bytes], asyncio.Future[None]] = {}
+        for record in records:
+            if (record.topic, record.key) not in acks:
+                acks[(record.topic, record.key)] = loop.create_future()
+        task = asyncio.ensure_future(_execute(pipe, records, acks))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return [acks[(r.topic, r.key)] for r in records]
 
 
-async def _execute(pipe: Any, records: Sequence[OutgoingRecord]) -> list[PublishFailed | None]:
-    """One EXEC for the claim: per record None (stored) or its failure; a key with any
-    failed entry fails as a whole."""
+async def _execute(
+    pipe: Any,
+    records: Sequence[OutgoingRecord],
+    acks: dict[tuple[str, bytes], asyncio.Future[None]],
+) -> None:
+    """One EXEC for the claim; a key with any failed entry fails as a whole."""
+    failed: dict[tuple[str, bytes], PublishFailed] = {}
     try:
         replies = await pipe.execute(raise_on_error=False)
-    except Exception as exc:
-        failed = _failed(exc)
-        return [failed] * len(records)
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError):
+            for ack in acks.values():
+                ack.cancel()
+            raise
+        everything = _failed(exc)
+        failed = dict.fromkeys(acks, everything)
+    else:
+        for record, reply in zip(records, replies, strict=True):
+            if isinstance(reply, Exception):
+                failed.setdefault((record.topic, record.key), _failed(reply))
     finally:
         await pipe.reset()
-    outcome: list[PublishFailed | None] = [
-        _failed(r) if isinstance(r, Exception) else None for r in replies
-    ]
-    failed_keys = {
-        (records[i].topic, records[i].key): f for i, f in enumerate(outcome) if f is not None
-    }
-    return [outcome[i] or failed_keys.get((r.topic, r.key)) for i, r in enumerate(records)]
-
-
-async def _ack(done: asyncio.Future[list[PublishFailed | None]], index: int) -> None:
-    failed = (await asyncio.shield(done))[index]
-    if failed is not None:
-        raise failed
-
-
-def _ack_of(done: asyncio.Future[list[PublishFailed | None]], index: int) -> Awaitable[None]:
-    return asyncio.ensure_future(_ack(done, index))
+    for key, ack in acks.items():
+        if ack.done():
+            continue
+        if key in failed:
+            ack.set_exception(failed[key])
+        else:
+            ack.set_result(None)
 
 
 def _failed(exc: BaseException) -> PublishFailed:
