@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from scripts.service_common import RUN, ServiceError, port_open, run, say
+from scripts.service_common import RUN, ServiceError, apt_install, port_open, run, say
 
 REDIS_PORT = int(os.environ.get("OUTBOX_REDIS_PORT", "56379"))
 DEFAULT_REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
@@ -30,15 +30,7 @@ def redis_install() -> str:
     found = redis_bin()
     if found:
         return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise ServiceError(
-            "Redis is not installed and this user cannot apt-get install it; "
-            "install Debian's redis-server package or set REDIS_URL."
-        )
-    say("installing Debian's redis-server package (one time)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    run(["apt-get", "update", "-q"], env=env)
-    run(["apt-get", "install", "-y", "-q", "redis-server"], env=env)
+    apt_install("redis-server", "Redis", "REDIS_URL")
     found = redis_bin()
     if not found:
         raise ServiceError("apt-get installed redis-server but no redis-server was found")

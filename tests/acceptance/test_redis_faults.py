@@ -15,7 +15,6 @@ import os
 import re
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -31,12 +30,19 @@ from tests.support.consumers import (
 from tests.support.db import Backend
 from tests.support.processes import ChildProcess
 from tests.support.redis import unique_stream_name
-from tests.support.redis_consumers import redis_app, running_source, source_settings
+from tests.support.redis_consumers import (
+    add_entries,
+    no_pending,
+    pending_count,
+    ready,
+    redis_app,
+    running_source,
+    source_settings,
+)
 
 pytestmark = pytest.mark.integration
 
 N = 20
-ID = "00000000-0000-0000-0000-{:012d}"
 
 
 class RedisConsumerProcess(ChildProcess):
@@ -62,22 +68,7 @@ def _env(backend: Backend, redis_url: str, stream: str, group: str, **over: str)
 
 async def _add(client: Redis, stream: str, group: str) -> list[str]:
     await client.xgroup_create(stream, group, id="0", mkstream=True)
-    for i in range(N):
-        await client.xadd(
-            stream,
-            {
-                b"key": f"k{i % 3}".encode(),
-                b"payload": f'{{"n": {i}}}'.encode(),
-                b"h:event_id": ID.format(i).encode(),
-                b"h:content-type": b"application/json",
-            },
-        )
-    return [ID.format(i) for i in range(N)]
-
-
-async def _pending(client: Redis, stream: str, group: str) -> int:
-    summary: Any = await client.xpending(stream, group)
-    return int(summary["pending"])
+    return await add_entries(client, stream, N, keys=3)
 
 
 async def _wait_exit(proc: ChildProcess, timeout: float = 60) -> int:
@@ -100,10 +91,10 @@ async def test_a_consumer_killed_around_its_commit_has_its_entries_claimed_and_a
     assert f"REDIS-TEST-CRASH {where} 5" in victim.log()
     applied_before = len(processed_ids(backend, group))
     assert applied_before == (5 if where == "before_ack" else 4)
-    assert await _pending(redis_client, stream, group) == N - 4  # the 5th: never acked
+    assert await pending_count(redis_client, stream, group) == N - 4  # the 5th: never acked
     app = redis_app(backend, stream, group, applied_by="claimer")
     async with running_source(app, source_settings(redis_url, "claimer", claim_idle_s=0.5)) as s:
-        await until(lambda: _zero(redis_client, stream, group), 60, "all claimed and acked")
+        await until(lambda: no_pending(redis_client, stream, group), 60, "all claimed and acked")
     assert effect_problems(effects(backend), expected, group) == []
     assert s.stats.redelivered == N - 4
     assert s.stats.duplicates == (1 if where == "before_ack" else 0)
@@ -123,17 +114,19 @@ async def test_a_paused_consumers_late_apply_is_skipped_and_its_ack_is_harmless(
         _env(backend, redis_url, stream, group, PAUSE="3"), tmp_path / "victim.log"
     )
     try:
-        await until(lambda: _ready("REDIS-TEST-PAUSED 3" in victim.log()), 60, "victim paused")
-        await until(lambda: _ready(_stopped(victim.pid)), 10, "victim stopped")
+        await until(lambda: ready("REDIS-TEST-PAUSED 3" in victim.log()), 60, "victim paused")
+        await until(lambda: ready(_stopped(victim.pid)), 10, "victim stopped")
         app = redis_app(backend, stream, group, applied_by="claimer")
         settings = source_settings(redis_url, "claimer", claim_idle_s=0.5)
         async with running_source(app, settings) as claimer:
-            await until(lambda: _zero(redis_client, stream, group), 60, "all claimed and acked")
+            await until(
+                lambda: no_pending(redis_client, stream, group), 60, "all claimed and acked"
+            )
         assert len(processed_ids(backend, group)) == N
         victim.signal(signal.SIGCONT)
         assert victim.running
         await asyncio.sleep(1.0)  # the victim goes through its remaining batch
-        assert await _pending(redis_client, stream, group) == 0
+        assert await pending_count(redis_client, stream, group) == 0
         assert victim.terminate(60) == 0, victim.log()
     finally:
         victim.signal(signal.SIGCONT)
@@ -150,11 +143,3 @@ async def test_a_paused_consumers_late_apply_is_skipped_and_its_ack_is_harmless(
 def _stopped(pid: int) -> bool:
     state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     return state == "T"
-
-
-async def _ready(value: bool) -> bool:
-    return value
-
-
-async def _zero(client: Redis, stream: str, group: str) -> bool:
-    return await _pending(client, stream, group) == 0

@@ -23,6 +23,8 @@ from tests.support.redis import unique_stream_name
 from tests.support.redis_consumers import (
     emit,
     key_order_problems,
+    no_pending,
+    ready,
     redis_app,
     redis_relay_settings,
     running_source,
@@ -48,8 +50,8 @@ async def test_relay_to_redis_to_consumer_applies_each_event_once_in_key_order(
     async with running_source(app, source_settings(redis_url, "c1")) as source:
         async with running_relay(redis_relay_settings(backend, redis_url, batch_size=100)):
             await wait_drained(backend)
-        await until(lambda: _async(len(processed_ids(backend, group)) == 600), 60, "all applied")
-        await until(lambda: _pending_is(redis_client, topic, group, 0), 10, "all acked")
+        await until(lambda: ready(len(processed_ids(backend, group)) == 600), 60, "all applied")
+        await until(lambda: no_pending(redis_client, topic, group), 10, "all acked")
     found = effects(backend)
     assert effect_problems(found, expected, group) == []
     assert key_order_problems(found) == []
@@ -76,8 +78,8 @@ async def test_a_poison_entry_is_dead_lettered_with_its_origin_and_acked(
     )
     app = redis_app(backend, topic, group)
     async with running_source(app, source_settings(redis_url, "c1")) as source:
-        await until(lambda: _async(source.stats.applied == 1), 30, "the good entry applied")
-        await until(lambda: _pending_is(redis_client, topic, group, 0), 10, "both acked")
+        await until(lambda: ready(source.stats.applied == 1), 30, "the good entry applied")
+        await until(lambda: no_pending(redis_client, topic, group), 10, "both acked")
     assert source.stats.dead_lettered == 1
     dead = cast(list[tuple[bytes, dict[bytes, bytes]]], await redis_client.xrange(topic + ".DLT"))
     assert len(dead) == 1
@@ -118,7 +120,7 @@ async def test_entries_of_a_vanished_consumer_are_claimed_and_applied_once(
     await gone.database.close()
     app = redis_app(backend, topic, group, applied_by="claimer")
     async with running_source(app, source_settings(redis_url, "claimer", claim_idle_s=0.5)) as s:
-        await until(lambda: _pending_is(redis_client, topic, group, 0), 30, "all claimed and acked")
+        await until(lambda: no_pending(redis_client, topic, group), 30, "all claimed and acked")
     assert s.stats.redelivered == 40
     assert s.stats.applied == 20
     assert s.stats.duplicates == 20
@@ -137,17 +139,8 @@ async def test_pending_entries_trimmed_away_are_counted_lost_not_applied(
     await redis_client.xtrim(topic, maxlen=0)
     app = redis_app(backend, topic, group)
     async with running_source(app, source_settings(redis_url, "c1", claim_idle_s=0.1)) as s:
-        await until(lambda: _async(s.stats.lost == 5), 30, "the trimmed entries reported")
-        await until(lambda: _pending_is(redis_client, topic, group, 0), 10, "PEL cleared")
+        await until(lambda: ready(s.stats.lost == 5), 30, "the trimmed entries reported")
+        await until(lambda: no_pending(redis_client, topic, group), 10, "PEL cleared")
     assert s.stats.applied == 0
     assert s.stats.dead_lettered == 0
     assert processed_ids(backend, group) == set()
-
-
-async def _async(value: Any) -> Any:
-    return value
-
-
-async def _pending_is(client: Redis, stream: str, group: str, n: int) -> bool:
-    summary: Any = await client.xpending(stream, group)
-    return bool(summary["pending"] == n)

@@ -25,8 +25,13 @@ from tests.support.consumers import (
 from tests.support.db import Backend
 from tests.support.redis import own_redis, unique_stream_name
 from tests.support.redis_consumers import (
+    ENTRY_ID,
+    add_entries,
     emit,
     key_order_problems,
+    no_pending,
+    pending_count,
+    ready,
     redis_app,
     redis_relay_settings,
     running_source,
@@ -36,25 +41,7 @@ from tests.support.relay import expected_from_db, running_relay, wait_drained
 
 pytestmark = pytest.mark.integration
 
-ID = "00000000-0000-0000-0000-{:012d}"
-
-
-async def _add(client: Redis, stream: str, n: int) -> None:
-    for i in range(n):
-        await client.xadd(
-            stream,
-            {
-                b"key": b"k",
-                b"payload": f'{{"n": {i}}}'.encode(),
-                b"h:event_id": ID.format(i).encode(),
-                b"h:content-type": b"application/json",
-            },
-        )
-
-
-async def _pending(client: Redis, stream: str, group: str) -> int:
-    summary: Any = await client.xpending(stream, group)
-    return int(summary["pending"])
+ID = ENTRY_ID
 
 
 async def test_a_handler_that_keeps_failing_is_dead_lettered_and_the_rest_flows(
@@ -62,7 +49,7 @@ async def test_a_handler_that_keeps_failing_is_dead_lettered_and_the_rest_flows(
 ) -> None:
     backend = prepare(backend)
     stream, group = unique_stream_name(), new_group()
-    await _add(redis_client, stream, 5)
+    await add_entries(redis_client, stream, 5)
     app = redis_app(backend, stream, group, max_attempts=3)
     calls: Counter[int] = Counter()
 
@@ -74,10 +61,10 @@ async def test_a_handler_that_keeps_failing_is_dead_lettered_and_the_rest_flows(
     app._handlers.clear()
     app.handler(stream)(handler)
     async with running_source(app, source_settings(redis_url, "c1")) as source:
-        await until(lambda: _ready(source.stats.applied == 4), 30, "the others applied")
-        await until(lambda: _ready(source.stats.dead_lettered == 1), 30, "n=2 dead-lettered")
+        await until(lambda: ready(source.stats.applied == 4), 30, "the others applied")
+        await until(lambda: ready(source.stats.dead_lettered == 1), 30, "n=2 dead-lettered")
     assert calls[2] == 3
-    assert await _pending(redis_client, stream, group) == 0
+    assert await pending_count(redis_client, stream, group) == 0
     dead = cast(list[tuple[bytes, dict[bytes, bytes]]], await redis_client.xrange(stream + ".DLT"))
     assert [f[b"dlt.error.type"] for _, f in dead] == [b"ValueError"]
     assert dead[0][1][b"dlt.error.message"] == b"cannot apply n=2"
@@ -89,7 +76,7 @@ async def test_a_transient_failure_keeps_the_entry_pending_until_it_applies(
 ) -> None:
     backend = prepare(backend)
     stream, group = unique_stream_name(), new_group()
-    await _add(redis_client, stream, 1)
+    await add_entries(redis_client, stream, 1)
     app = redis_app(backend, stream, group, max_attempts=1)
     failing = asyncio.Event()
     failing.set()
@@ -104,13 +91,13 @@ async def test_a_transient_failure_keeps_the_entry_pending_until_it_applies(
     app._handlers.clear()
     app.handler(stream)(handler)
     async with running_source(app, source_settings(redis_url, "c1")) as source:
-        await until(lambda: _ready(attempts >= 3), 30, "retries")
+        await until(lambda: ready(attempts >= 3), 30, "retries")
         # Never dead-lettered (transient failures do not count), never acked.
-        assert await _pending(redis_client, stream, group) == 1
+        assert await pending_count(redis_client, stream, group) == 1
         assert source.stats.dead_lettered == 0
         failing.clear()
-        await until(lambda: _ready(source.stats.applied == 1), 30, "applied")
-        await until(lambda: _zero(redis_client, stream, group), 10, "acked")
+        await until(lambda: ready(source.stats.applied == 1), 30, "applied")
+        await until(lambda: no_pending(redis_client, stream, group), 10, "acked")
     assert processed_ids(backend, group) == {ID.format(0)}
 
 
@@ -119,7 +106,7 @@ async def test_gauges_show_pending_oldest_age_and_lag(
 ) -> None:
     backend = prepare(backend)
     stream, group = unique_stream_name(), new_group()
-    await _add(redis_client, stream, 3)
+    await add_entries(redis_client, stream, 3)
     await redis_client.xgroup_create(stream, group, id="0")
     await redis_client.xreadgroup(group, "other", {stream: ">"}, count=2)
     await asyncio.sleep(0.3)
@@ -153,22 +140,14 @@ async def test_a_redis_restart_mid_run_loses_nothing(backend: Backend, tmp_path:
         relay_settings = redis_relay_settings(backend, server.url, batch_size=20)
         async with running_source(app, source_settings(server.url, "c1")) as source:
             async with running_relay(relay_settings):
-                await until(lambda: _ready(source.stats.applied >= 50), 60, "some applied")
+                await until(lambda: ready(source.stats.applied >= 50), 60, "some applied")
                 await asyncio.to_thread(server.restart)
                 emit(backend, stream, 100, keys=10, first=400)
                 expected = [e for ids in expected_from_db(backend).values() for e in ids]
                 await wait_drained(backend, 120)
             await until(
-                lambda: _ready(len(processed_ids(backend, group)) == 500), 120, "all applied"
+                lambda: ready(len(processed_ids(backend, group)) == 500), 120, "all applied"
             )
     found = effects(backend)
     assert effect_problems(found, expected, group) == []
     assert key_order_problems(found) == []
-
-
-async def _ready(value: bool) -> bool:
-    return value
-
-
-async def _zero(client: Redis, stream: str, group: str) -> bool:
-    return await _pending(client, stream, group) == 0

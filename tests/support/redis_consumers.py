@@ -9,6 +9,8 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from redis.asyncio import Redis
+
 from consumer_lib import ConsumerApp, ConsumerSettings
 from consumer_lib.redis_settings import RedisSourceSettings
 from consumer_lib.redis_source import RedisSource
@@ -97,3 +99,35 @@ def key_order_problems(found: Sequence[Effect]) -> list[str]:
         firsts.add(e.event_id)
         seen[e.key].append(e.n)
     return [f"{k}: {ns[:10]}..." for k, ns in seen.items() if ns != sorted(ns)]
+
+
+async def pending_count(client: Redis, stream: str, group: str) -> int:
+    summary: Any = await client.xpending(stream, group)
+    return int(summary["pending"])
+
+
+async def no_pending(client: Redis, stream: str, group: str) -> bool:
+    return await pending_count(client, stream, group) == 0
+
+
+async def ready(value: bool) -> bool:
+    """A condition already evaluated, as until() awaits it."""
+    return value
+
+
+ENTRY_ID = "00000000-0000-0000-0000-{:012d}"
+
+
+async def add_entries(client: Redis, stream: str, n: int, keys: int = 1) -> list[str]:
+    """n entries as the relay writes them (JSON payload {"n": i}); their event_ids."""
+    for i in range(n):
+        await client.xadd(
+            stream,
+            {
+                b"key": f"k{i % keys}".encode(),
+                b"payload": f'{{"n": {i}}}'.encode(),
+                b"h:event_id": ENTRY_ID.format(i).encode(),
+                b"h:content-type": b"application/json",
+            },
+        )
+    return [ENTRY_ID.format(i) for i in range(n)]
