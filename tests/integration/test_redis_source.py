@@ -142,7 +142,8 @@ async def test_a_redis_restart_mid_run_loses_nothing(backend: Backend, tmp_path:
             async with running_relay(relay_settings):
                 await until(lambda: ready(source.stats.applied >= 50), 60, "some applied")
                 await asyncio.to_thread(server.restart)
-                emit(backend, stream, 100, keys=10, first=400)
+                # In a thread: this loop runs the relay and the consumer that hold the lock.
+                await asyncio.to_thread(emit, backend, stream, 100, 10, 10, 400)
                 expected = [e for ids in expected_from_db(backend).values() for e in ids]
                 await wait_drained(backend, 120)
             await until(
