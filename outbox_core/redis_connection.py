@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 
-from outbox_core.errors import OutboxError
+from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.kafka_security import read_secret
 from outbox_core.logs import url_secrets
 from outbox_core.settings import SettingsGroup
@@ -77,7 +77,12 @@ class RedisSettings(SettingsGroup):
 
 def connect(settings: RedisSettings) -> Redis:
     """A redis.asyncio client (lazy: it connects on its first command)."""
-    from redis.asyncio import Redis
+    try:
+        from redis.asyncio import Redis
+    except ImportError:
+        raise ConfigurationError(
+            "the Redis transport needs redis-py: pip install 'outbox-relay[redis]'"
+        ) from None
 
     options: dict[str, Any] = {
         "username": settings.username,
