@@ -12,9 +12,11 @@ idle for --idle-s: what that costs (statements per second on its database, CPU s
 the relay and of Postgres per second) is measured too.
 
     .venv/bin/python bench/relay_latency.py [--rates 500,2000,5000] [--seconds 10]
-        [--writers 8] [--processes 4] [--plot docs/img/relay_latency.png]
+        [--writers 8] [--processes 4] [--plot docs/img/relay_latency.png] [--transport redis]
 
-Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`).
+Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`). With
+--transport redis the relay publishes to a Redis stream instead (REDIS_URL), and the append
+time is the time in the entry id Redis assigns on XADD (its clock: the same machine's).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -166,6 +169,34 @@ async def appended(
     return found
 
 
+async def appended_redis(
+    redis_url: str, stream: str, wanted: range, timeout_s: float
+) -> dict[int, float]:
+    """seq -> Redis append time (s, from the entry id) of every wanted event on the stream."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_url)
+    found: dict[int, float] = {}
+    last = "-"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not all(s in found for s in wanted):
+            entries: Any = await client.xrange(stream, min=last, count=10_000)
+            if last != "-":
+                entries = entries[1:]  # the bound is inclusive
+            if not entries:
+                await asyncio.sleep(0.2)
+                continue
+            for entry_id, fields in entries:
+                seq = int(json.loads(fields[b"payload"])["seq"])
+                if seq in wanted:
+                    found.setdefault(seq, int(entry_id.split(b"-")[0]) / 1000)
+            last = entries[-1][0].decode()
+    finally:
+        await client.aclose()
+    return found
+
+
 def postgres_cpu(dbname: str) -> float:
     """CPU seconds of the Postgres backends serving dbname (their command line names it)."""
     total = 0.0
@@ -190,6 +221,7 @@ def statements(url: str, dbname: str) -> int:
 async def run(args: argparse.Namespace) -> int:
     base = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    redis_url = os.environ.get("REDIS_URL", "") if args.transport == "redis" else ""
     run_id = uuid.uuid4().hex[:8]
     dbname, prefix = f"bench_latency_{run_id}", f"bench-latency-{run_id}."
     topic = prefix + TOPIC
@@ -198,20 +230,25 @@ async def run(args: argparse.Namespace) -> int:
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
     admin(base, "bench_database_create", dbname)
     relay = None
+
+    async def arrived(wanted: range, timeout_s: float) -> dict[int, float]:
+        if redis_url:
+            return await appended_redis(redis_url, topic, wanted, timeout_s)
+        return await appended(bootstrap, topic, args.partitions, wanted, timeout_s)
+
     try:
         migrate(url)
-        await create_topic(
-            bootstrap, topic, args.partitions, {"message.timestamp.type": "LogAppendTime"}
-        )
-        relay = launch(
-            "relay",
-            [sys.executable, "-m", "relay.cli", "run"],
-            relay_env(url, bootstrap, prefix),
-            logdir,
-        )
+        env = relay_env(url, bootstrap, prefix)
+        if redis_url:
+            env.update(OUTBOX_TRANSPORT="redis", OUTBOX_REDIS_URL=redis_url)
+        else:
+            await create_topic(
+                bootstrap, topic, args.partitions, {"message.timestamp.type": "LogAppendTime"}
+            )
+        relay = launch("relay", [sys.executable, "-m", "relay.cli", "run"], env, logdir)
         seq = 0
         warm, _ = await asyncio.to_thread(write_load, url, 50, 2.0, 1, seq, args.keys)
-        got = await appended(bootstrap, topic, args.partitions, range(seq, seq + len(warm)), 120)
+        got = await arrived(range(seq, seq + len(warm)), 120)
         if len(got) < len(warm):
             raise RuntimeError(f"the relay did not deliver the warm-up:\n{relay.tail()}")
         seq += len(warm)
@@ -241,7 +278,7 @@ async def run(args: argparse.Namespace) -> int:
                 write_load, url, rate, args.seconds, args.writers, seq, args.keys, args.processes
             )
             wanted = range(seq, seq + len(commit_at))
-            got = await appended(bootstrap, topic, args.partitions, wanted, 120)
+            got = await arrived(wanted, 120)
             skip = int(rate * args.warmup_s)
             lat = sorted((got[s] - commit_at[s - seq]) * 1000 for s in wanted[skip:] if s in got)
             point = Point(
@@ -286,8 +323,21 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         if relay is not None:
             relay.stop()
-        await delete_topics(bootstrap, [topic])
+        if redis_url:
+            await _delete_stream(redis_url, topic)
+        else:
+            await delete_topics(bootstrap, [topic])
         admin(base, "bench_database_drop", dbname)
+
+
+async def _delete_stream(redis_url: str, stream: str) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_url)
+    try:
+        await client.delete(stream)
+    finally:
+        await client.aclose()
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -307,6 +357,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--idle-s", type=float, default=10.0, help="idle time measured before the loads")
     p.add_argument("--plot", help="write a latency-vs-rate PNG here")
+    p.add_argument(
+        "--transport",
+        choices=["kafka", "redis"],
+        default="kafka",
+        help="where the relay publishes (redis: REDIS_URL)",
+    )
     p.add_argument("--logdir", help="where the relay's log goes (default a /tmp folder)")
     return p.parse_args(argv)
 

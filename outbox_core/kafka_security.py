@@ -156,6 +156,14 @@ class KafkaSecuritySettings(SettingsGroup):
 
     @model_validator(mode="after")
     def _complete(self) -> KafkaSecuritySettings:
+        if self == KafkaSecuritySettings.model_construct():
+            # Nothing chosen: only a Kafka transport needs a choice (checked by its user).
+            return self
+        self.check()
+        return self
+
+    def check(self) -> None:
+        """ValueError naming the settings when the options are incomplete or contradictory."""
         try:
             self.resolve().check()
         except KafkaSecurityError as exc:
@@ -163,7 +171,6 @@ class KafkaSecuritySettings(SettingsGroup):
                 "Kafka security (OUTBOX_KAFKA_SECURITY_PROTOCOL, OUTBOX_KAFKA_SSL_*, "
                 f"OUTBOX_KAFKA_SASL_*): {exc}"
             ) from None
-        return self
 
     def resolve(self) -> KafkaSecurity:
         """The options with secrets read (files win over inline values)."""

@@ -1,8 +1,8 @@
 """Relay settings: environment variables OUTBOX_<NAME>, or the same names as CLI flags.
 
-The settings are grouped (database, kafka, kafka_security, topics, batch, probe,
-leases, purge, gauges, notify, http, log); each part of the relay receives only its group. Names
-stay flat for users: OUTBOX_KAFKA_SECURITY_PROTOCOL, --lease-ttl-s (outbox_core.settings).
+The settings are grouped (database, kafka, kafka_security, redis, redis_stream, topics,
+batch, probe, leases, purge, gauges, notify, http, log); each part of the relay receives
+only its group. Names stay flat for users: OUTBOX_KAFKA_SECURITY_PROTOCOL, --lease-ttl-s (outbox_core.settings).
 Every field is documented in its group; `outbox-relay run --help` prints the same text.
 """
 
@@ -13,11 +13,12 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from outbox_core.kafka_security import KafkaSecuritySettings
 from outbox_core.logs import url_secrets
+from outbox_core.redis_connection import RedisSettings
 from outbox_core.settings import (
     FlatEnvSource,
     FlatField,
@@ -35,6 +36,7 @@ from relay.kafka_settings import KafkaSettings
 from relay.leases import LeaseSettings
 from relay.notify import NotifySettings
 from relay.purge import PurgeSettings
+from relay.redis_publisher import RedisStreamSettings
 from relay.wakeup import ProbeSettings
 
 ENV_PREFIX = "OUTBOX_"
@@ -70,8 +72,14 @@ class RelaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     database: DatabaseSettings
-    kafka: KafkaSettings
+    transport: Literal["kafka", "redis"] = Field(
+        default="kafka",
+        description="Where events are published: Kafka topics, or Redis streams (redis_* settings).",
+    )
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     kafka_security: KafkaSecuritySettings = Field(default_factory=KafkaSecuritySettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    redis_stream: RedisStreamSettings = Field(default_factory=RedisStreamSettings)
     topics: TopicSettings = Field(default_factory=TopicSettings)
     shard_count: int = Field(
         default=16,
@@ -106,12 +114,21 @@ class RelaySettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, FlatEnvSource(settings_cls, ENV_PREFIX))
 
+    @model_validator(mode="after")
+    def _transport_settings(self) -> RelaySettings:
+        if self.transport == "kafka":
+            if self.kafka.bootstrap_servers is None:
+                raise ValueError("kafka_bootstrap_servers is required with transport=kafka")
+            self.kafka_security.check()
+        return self
+
     def secrets(self) -> list[str]:
         """Secret values to keep out of every log line and traceback."""
         security = self.kafka_security.resolve()
         return [
             *url_secrets(self.database.database_url.get_secret_value()),
             *(s for s in (security.sasl_password, security.ssl_key_password) if s),
+            *(self.redis.secrets() if self.transport == "redis" else ()),
         ]
 
     def batch_rules(self) -> BatchRules:

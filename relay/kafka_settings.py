@@ -15,8 +15,9 @@ class KafkaSettings(SettingsGroup):
 
     env_infix: ClassVar[str] = "kafka_"
 
-    bootstrap_servers: str = Field(
-        description="Comma-separated host:port list of Kafka brokers.",
+    bootstrap_servers: str | None = Field(
+        default=None,
+        description="Comma-separated host:port list of Kafka brokers (required with transport=kafka).",
     )
     acks: str = Field(
         default="all",
@@ -74,7 +75,9 @@ class KafkaSettings(SettingsGroup):
 
     @field_validator("bootstrap_servers")
     @classmethod
-    def _bootstrap(cls, value: str) -> str:
+    def _bootstrap(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         hosts = [h.strip() for h in value.split(",") if h.strip()]
         for host in hosts:
             name, sep, port = host.rpartition(":")

@@ -35,6 +35,7 @@ from relay.preflight import check_database
 from relay.producer_keeper import ProducerKeeper
 from relay.publisher import KafkaPublisher, Publisher
 from relay.purge import Purger
+from relay.redis_publisher import RedisStreamPublisher
 from relay.store import Store
 
 log = logging.getLogger("relay")
@@ -55,7 +56,7 @@ class RelayService:
         self.supervisor = Supervisor(log)
         self.observer = RelayObserver()
         self.producer = ProducerKeeper(
-            publisher or KafkaPublisher(s.kafka, _security(s)),
+            publisher or make_publisher(s),
             supervisor=self.supervisor,
             observer=self.observer,
         )
@@ -183,6 +184,13 @@ class RelayService:
         log.info(
             "relay stopped", extra={"published": self.stats.published, "parked": self.stats.parked}
         )
+
+
+def make_publisher(settings: RelaySettings) -> Publisher:
+    """The configured transport's publisher."""
+    if settings.transport == "redis":
+        return RedisStreamPublisher(settings.redis, settings.redis_stream)
+    return KafkaPublisher(settings.kafka, _security(settings))
 
 
 def _security(settings: RelaySettings) -> KafkaSecurity:

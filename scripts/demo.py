@@ -1,8 +1,9 @@
-"""The demo: orders and their events through producer_lib, the relay, and back from Kafka.
+"""The demo: orders and their events through producer_lib, the relay, and back from Kafka
+(or, with --transport redis, from a Redis stream).
 
 Writes N orders (one business row + one outbox event per order, committed together) to
 SQLite (default) or Postgres (--postgres), runs the relay until the outbox is drained,
-reads the topic back and prints what a consumer would see: delivered, missing,
+reads the topic (stream) back and prints what a consumer would see: delivered, missing,
 duplicates, per-key order violations, and the relay's throughput.
 """
 
@@ -28,7 +29,8 @@ from relay.batch import BatchOutcome  # noqa: E402
 from relay.config import load_settings  # noqa: E402
 from relay.service import RelayService  # noqa: E402
 from tests.support.kafka import create_topics, unique_topic_name  # noqa: E402
-from tests.support.relay import judge_topic  # noqa: E402
+from tests.support.redis import read_stream, unique_stream_name  # noqa: E402
+from tests.support.relay import judge, judge_topic  # noqa: E402
 
 SQL = {
     name: parse_blocks((ROOT / "scripts" / "sql" / name).read_text(), name)
@@ -115,7 +117,7 @@ def write_orders(url: str, topic: str, n: int, keys: int, per_tx: int) -> dict[s
 
 
 async def relay_until_drained(
-    url: str, bootstrap: str, n: int, batch_size: int
+    url: str, transport: dict[str, str], n: int, batch_size: int
 ) -> tuple[float, RelayService]:
     progress = Progress("relay", n)
     finished = asyncio.Event()
@@ -128,12 +130,11 @@ async def relay_until_drained(
 
     settings = load_settings(
         database_url=url,
-        kafka_bootstrap_servers=bootstrap,
+        **transport,
         batch_size=batch_size,
         heartbeat_interval_s=0.5,
         lease_ttl_s=5,
         http_port=0,
-        kafka_security_protocol="PLAINTEXT",  # the local demo broker
         log_level="WARNING",
     )
     service = RelayService(settings, on_batch=on_batch)
@@ -159,10 +160,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--postgres", action="store_true", help="use Postgres (DATABASE_URL) instead of SQLite"
     )
+    parser.add_argument(
+        "--transport",
+        choices=["kafka", "redis"],
+        default="kafka",
+        help="publish to Kafka (KAFKA_BOOTSTRAP_SERVERS) or Redis Streams (REDIS_URL)",
+    )
     args = parser.parse_args(argv)
     if args.events < 1 or args.keys < 1 or args.per_tx < 1:
         parser.error("--events, --keys and --per-tx must be at least 1")
-    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    redis = args.transport == "redis"
+    transport = (
+        {"transport": "redis", "redis_url": os.environ["REDIS_URL"]}
+        if redis
+        else {
+            "kafka_bootstrap_servers": os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+            "kafka_security_protocol": "PLAINTEXT",  # the local demo broker
+        }
+    )
     with tempfile.TemporaryDirectory(prefix="outbox-demo-") as tmp:
         if args.postgres:
             from tests.support import postgres as pg
@@ -174,14 +189,22 @@ def main(argv: list[str] | None = None) -> int:
             url = f"sqlite:///{tmp}/demo.sqlite3"
         try:
             migrate(url)
-            topic = unique_topic_name("demo-orders")
-            asyncio.run(create_topics(bootstrap, [topic], partitions=6))
-            print(f"database: {'Postgres' if args.postgres else 'SQLite'}; topic: {topic}")
+            if redis:
+                topic = unique_stream_name("demo-orders")  # a stream XADD creates
+            else:
+                topic = unique_topic_name("demo-orders")
+                bootstrap = transport["kafka_bootstrap_servers"]
+                asyncio.run(create_topics(bootstrap, [topic], partitions=6))
+            where = "stream" if redis else "topic"
+            print(f"database: {'Postgres' if args.postgres else 'SQLite'}; {where}: {topic}")
             expected = write_orders(url, topic, args.events, args.keys, args.per_tx)
             seconds, service = asyncio.run(
-                relay_until_drained(url, bootstrap, args.events, args.batch_size)
+                relay_until_drained(url, transport, args.events, args.batch_size)
             )
-            verdict = asyncio.run(judge_topic(bootstrap, topic, expected))
+            if redis:
+                verdict = judge(asyncio.run(read_stream(transport["redis_url"], topic)), expected)
+            else:
+                verdict = asyncio.run(judge_topic(bootstrap, topic, expected))
         finally:
             if args.postgres:
                 pg.drop_database(admin, dbname)

@@ -9,6 +9,7 @@ cached next to it in a folder named after KAFKA_VERSION.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -71,6 +72,20 @@ def run(
     cmd: Sequence[str], *, check: bool = True, **kw: object
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), check=check, text=True, capture_output=True, **kw)  # type: ignore[call-overload, no-any-return]
+
+
+def apt_install(package: str, name: str, url_var: str) -> None:
+    """Install Debian's `package` with apt-get (root only); ServiceError says what to do
+    otherwise (install it, or point url_var at a running server)."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise ServiceError(
+            f"{name} is not installed and this user cannot apt-get install it; "
+            f"install Debian's {package} package or set {url_var}."
+        )
+    say(f"installing Debian's {package} package (one time)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-q"], env=env)
+    run(["apt-get", "install", "-y", "-q", package], env=env)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

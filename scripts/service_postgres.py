@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from scripts.service_common import P, ServiceError, port_open, run, say
+from scripts.service_common import P, ServiceError, apt_install, port_open, run, say
 
 PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "55432"))
 # Extra server options appended to the defaults, e.g. "-c wal_level=logical" (the relay
@@ -42,15 +42,7 @@ def pg_install() -> Path:
     found = pg_bin()
     if found:
         return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise ServiceError(
-            "Postgres is not installed and this user cannot apt-get install it; "
-            "install Debian's postgresql package or set DATABASE_URL."
-        )
-    say("installing Debian's postgresql package (one time)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    run(["apt-get", "update", "-q"], env=env)
-    run(["apt-get", "install", "-y", "-q", "postgresql"], env=env)
+    apt_install("postgresql", "Postgres", "DATABASE_URL")
     found = pg_bin()
     if not found:
         raise ServiceError("apt-get installed postgresql but no pg_ctl was found")

@@ -1,11 +1,12 @@
-"""Start, stop and inspect the Postgres and Kafka that tests, demos and benchmarks use.
+"""Start, stop and inspect the Postgres, Kafka and Redis that tests, demos and benchmarks use.
 
 Both servers are real: Debian's postgresql in a cluster this script owns, and Apache Kafka
 (KRaft, one combined node) assembled from Maven Central into a cache folder. Everything
-binds to 127.0.0.1. When DATABASE_URL or KAFKA_BOOTSTRAP_SERVERS is set, that service is
-taken as given and only checked.
+binds to 127.0.0.1. Redis (the second transport) is Debian's redis-server with AOF on, in a
+data folder of its own (scripts/service_redis.py). When DATABASE_URL, KAFKA_BOOTSTRAP_SERVERS
+or REDIS_URL is set, that service is taken as given and only checked.
 
-Usage: scripts/services up|down|status|env [--only postgres|kafka]
+Usage: scripts/services up|down|status|env [--only postgres|kafka|redis]
 """
 
 from __future__ import annotations
@@ -67,11 +68,13 @@ from scripts.service_postgres import (
     pg_up,
     redact,
 )
+from scripts.service_redis import DEFAULT_REDIS_URL, REDIS_DATA, redis_down, redis_pid, redis_up
 
 __all__ = [
     "CACHE",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_DATABASE_URL",
+    "DEFAULT_REDIS_URL",
     "KAFKA_CONTROLLER_PORT",
     "KAFKA_PORT",
     "KAFKA_READY_TIMEOUT_S",
@@ -122,6 +125,9 @@ def status() -> int:
     say(
         f"kafka: {kafka} ({os.environ.get('KAFKA_BOOTSTRAP_SERVERS', DEFAULT_BOOTSTRAP)}), logs {P.kafka_log}"
     )
+    rpid = redis_pid()
+    redis = f"running pid {rpid}" if rpid else "stopped"
+    say(f"redis: {redis} ({os.environ.get('REDIS_URL', DEFAULT_REDIS_URL)}), data {REDIS_DATA}")
     return 0
 
 
@@ -132,9 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("action", choices=["up", "down", "status", "env"])
-    parser.add_argument("--only", choices=["postgres", "kafka"], help="act on one service only")
+    parser.add_argument(
+        "--only", choices=["postgres", "kafka", "redis"], help="act on one service only"
+    )
     args = parser.parse_args(argv)
-    want = {args.only} if args.only else {"postgres", "kafka"}
+    want = {args.only} if args.only else {"postgres", "kafka", "redis"}
     try:
         RUN.mkdir(parents=True, exist_ok=True)
         RUN.chmod(0o755)
@@ -147,8 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "kafka" in want:
                 boot = kafka_up()
                 say(f"kafka: ready at {boot} in {time.monotonic() - t1:.1f}s")
+            t2 = time.monotonic()
+            if "redis" in want:
+                url = redis_up()
+                say(f"redis: ready at {url} in {time.monotonic() - t2:.1f}s")
             say(f"all up in {time.monotonic() - t0:.1f}s; stop with: scripts/services down")
         elif args.action == "down":
+            if "redis" in want:
+                redis_down()
             if "kafka" in want:
                 kafka_down()
             if "postgres" in want:
@@ -160,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"export KAFKA_BOOTSTRAP_SERVERS={os.environ.get('KAFKA_BOOTSTRAP_SERVERS', DEFAULT_BOOTSTRAP)}"
             )
+            print(f"export REDIS_URL={os.environ.get('REDIS_URL', DEFAULT_REDIS_URL)}")
     except ServiceError as exc:
         print(f"[services] ERROR: {exc}", file=sys.stderr)
         return 1

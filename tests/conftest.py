@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from tests.support import kafka as kafka_support
 from tests.support import postgres as pg_support
+from tests.support import redis as redis_support
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.services import kafka_bootstrap_servers, postgres_admin_url
 
@@ -93,3 +95,16 @@ def backend(empty_backend: Backend) -> Backend:
     """A private database of each kind with every migration applied."""
     empty_backend.migrate()
     return empty_backend
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return redis_support.redis_url_from_env()
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
+    """A client of the shared Redis; the streams a test makes carry unique names."""
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()

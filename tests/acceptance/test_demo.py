@@ -11,11 +11,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.parametrize("transport", ["kafka", "redis"])
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])
 def test_demo_delivers_everything_in_order(
-    database: str, kafka_bootstrap: str, postgres_admin: str
+    database: str, transport: str, request: pytest.FixtureRequest, postgres_admin: str
 ) -> None:
+    request.getfixturevalue("redis_url" if transport == "redis" else "kafka_bootstrap")
     args = [sys.executable, str(ROOT / "scripts" / "demo.py"), "--events", "600", "--keys", "40"]
+    args += ["--transport", transport]
     if database == "postgres":
         args.append("--postgres")
     result = subprocess.run(args, capture_output=True, text=True, timeout=300)
