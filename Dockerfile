@@ -18,7 +18,8 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 # Dependencies first, pinned by constraints.txt: this layer is reused until they change.
 COPY pyproject.toml constraints.txt ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+# With the redis extra: one image serves OUTBOX_TRANSPORT=kafka and =redis.
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['redis']))" > requirements.txt \
  && /opt/venv/bin/pip install -c constraints.txt -r requirements.txt
 # Then the project itself (its dependencies are already there, at the pinned versions).
 COPY README.md ./
@@ -35,7 +36,7 @@ RUN /opt/venv/bin/pip install --no-deps . \
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="outbox-relay" \
-      org.opencontainers.image.description="Transactional outbox relay (and consumer CLI) for Kafka" \
+      org.opencontainers.image.description="Transactional outbox relay (and consumer CLI) for Kafka and Redis Streams" \
       org.opencontainers.image.licenses="Apache-2.0"
 # A fixed numeric user, so Kubernetes can check runAsNonRoot without a passwd lookup.
 RUN groupadd --system --gid 10001 outbox \
