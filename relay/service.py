@@ -150,14 +150,15 @@ class RelayService:
         return self.supervisor.healthz(limit)
 
     def readyz(self) -> Probe:
-        """Ready: database and Kafka reachable, leases held or being waited for."""
+        """Ready: database and the transport (Kafka or Redis) reachable, leases held or being
+        waited for."""
         st = self.stats
         problems = []
         since = time.monotonic() - st.last_heartbeat_ok
         if not st.last_heartbeat_ok or since > self.settings.leases.lease_ttl_s:
             problems.append("database: no successful lease round recently")
         if not st.kafka_ok:
-            problems.append("kafka: unreachable or not started")
+            problems.append(f"{self.settings.transport}: unreachable or not started")
         if self.supervisor.stopping.is_set():
             problems.append("stopping")
         if problems:
