@@ -35,6 +35,7 @@ from consumer_lib.redis_metrics import RedisSourceMetrics
 from consumer_lib.redis_settings import RedisSourceSettings
 from consumer_lib.work import Job, Work
 from outbox_core.driver_errors import first_line
+from outbox_core.ops_http import OpsServer, Probe
 from outbox_core.redis_connection import RedisFailure, classify, connect
 from outbox_core.supervisor import Supervisor
 
@@ -55,6 +56,8 @@ class RedisSource:
         self.supervisor = Supervisor(log)
         self._client = connect(settings.redis)
         self._topic_of = {settings.stream_for(t): t for t in app.topics}
+        self._redis_ok = False  # the last Redis step succeeded
+        self.ops: OpsServer | None = None
 
     def stop(self) -> None:
         self.supervisor.stop()
@@ -67,8 +70,27 @@ class RedisSource:
                 raise
             raise classify(exc) from exc
 
+    def healthz(self) -> Probe:
+        """Alive: the loop ticks (a Redis or database outage being retried ticks too)."""
+        return self.supervisor.healthz(max(30.0, 3 * self.settings.claim_interval_s))
+
+    def readyz(self) -> Probe:
+        if self.supervisor.stopping.is_set():
+            return Probe(False, "stopping")
+        if not self._redis_ok:
+            return Probe(False, "redis: unreachable or not started")
+        return Probe(True, "ok")
+
     async def run(self) -> None:
-        """Until stop(): Redis outages are waited out; anything else not retriable raises."""
+        """Until stop(): Redis outages are waited out; anything else not retriable raises.
+        With the app's http_port set, /metrics (this source's registry), /healthz and
+        /readyz are served as for the Kafka consumer."""
+        s = self.app.settings
+        if s.http_port is not None:
+            self.ops = OpsServer(
+                s.http_host, s.http_port, self.metrics.registry, self.healthz, self.readyz
+            )
+            await self.ops.start()
         try:
             await self._retrying(self._create_groups)
             await self._retrying(self._own_pending)
@@ -87,14 +109,18 @@ class RedisSource:
             log.info("stopping with an entry still failing; it stays pending")
         finally:
             await self._client.aclose()
+            if self.ops is not None:
+                await self.ops.stop()
 
     async def _retrying(self, step: Callable[[], Awaitable[None]]) -> None:
         delay = self.app.settings.backoff_base_s
         while not self.supervisor.stopping.is_set():
             try:
                 await step()
+                self._redis_ok = True
                 return
             except RedisFailure as exc:
+                self._redis_ok = False
                 if not exc.retriable:
                     raise
                 log.warning("redis unavailable; retrying", extra={"error": str(exc)})

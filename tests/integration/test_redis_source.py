@@ -23,6 +23,7 @@ from tests.support.consumers import (
     until,
 )
 from tests.support.db import Backend
+from tests.support.ops import http_get, scrape
 from tests.support.redis import own_redis, unique_stream_name
 from tests.support.redis_consumers import (
     ENTRY_ID,
@@ -152,3 +153,22 @@ async def test_a_redis_restart_mid_run_loses_nothing(backend: Backend, tmp_path:
     found = effects(backend)
     assert effect_problems(found, expected, group) == []
     assert key_order_problems(found) == []
+
+
+async def test_the_metrics_and_probes_are_served_over_http(
+    backend: Backend, redis_url: str, redis_client: Redis
+) -> None:
+    backend = prepare(backend)
+    stream, group = unique_stream_name(), new_group()
+    await add_entries(redis_client, stream, 3)
+    app = redis_app(backend, stream, group, http_port=0)
+    async with running_source(app, source_settings(redis_url, "c1")) as source:
+        await until(lambda: ready(source.stats.applied == 3), 30, "three applied")
+        assert source.ops is not None
+        port = source.ops.port
+        m = await scrape(port)
+        readyz = await http_get(port, "/readyz")
+        healthz = await http_get(port, "/healthz")
+    assert m.value("outbox_redis_consumer_events_processed_total", stream=stream) == 3
+    assert m.value("outbox_redis_consumer_pending_entries", stream=stream) is not None
+    assert (readyz.status, healthz.status) == (200, 200)
