@@ -25,6 +25,11 @@ class Codec(Protocol):
         """A list parameter (ids, errors, flags); None stays None (an optional filter)."""
         ...
 
+    def ids(self, values: Sequence[int]) -> Any:
+        """A list of integer ids, the statement casting it to bigint[] (or reading it with
+        json_each): thousands per call, so encoded in one C-level join."""
+        ...
+
     def time(self, value: dt.datetime | None) -> Any: ...
 
     def seconds(self, value: float) -> Any: ...
@@ -37,6 +42,12 @@ class PostgresCodec:
 
     def array(self, values: Sequence[Any] | None) -> Any:
         return None if values is None else list(values)
+
+    def ids(self, values: Sequence[int]) -> Any:
+        # An array literal, sent as text and cast by the statement: psycopg's list dumper
+        # walks the list in Python (a tenth of a drain's relay CPU for 8,000 ids a claim
+        # and a settle); str.join does it in C.
+        return "{" + ",".join(map(str, values)) + "}"
 
     def time(self, value: dt.datetime | None) -> Any:
         return value
@@ -53,6 +64,9 @@ class SqliteCodec:
 
     def array(self, values: Sequence[Any] | None) -> Any:
         return None if values is None else json.dumps(list(values))
+
+    def ids(self, values: Sequence[int]) -> Any:
+        return json.dumps(list(values))
 
     def time(self, value: dt.datetime | None) -> Any:
         if value is None:

@@ -169,7 +169,7 @@ class SqlStore:
         if not shards:
             return []
         name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
-        params = {"limit": limit, "in_flight": self._codec.array(in_flight)}
+        params = {"limit": limit, "in_flight": self._codec.ids(in_flight)}
         try:
             rows = await self._work.run_plan(self._claim(name, list(shards), params))
         except RelayError:
@@ -203,8 +203,8 @@ class SqlStore:
     ) -> Settled:
         c = self._codec
         params = {
-            "published_ids": c.array(published_ids),
-            "failed_ids": c.array([f.id for f in failures]),
+            "published_ids": c.ids(published_ids),
+            "failed_ids": c.ids([f.id for f in failures]),
             "errors": c.array([f.error for f in failures]),
             "delays_s": c.array([f.delay_s for f in failures]),
             "parks": c.array([f.park for f in failures]),
