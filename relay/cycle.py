@@ -226,7 +226,7 @@ class Cycle:
                 started = time.monotonic()
                 self._wake.clear()
                 try:
-                    sent = await self._sup.retry("relay cycle", self._attempt, retriable)
+                    sent = await self._sup.retry("relay batch", self._attempt, retriable)
                 except (KafkaUnavailable, StoreUnavailable, PublishFailed):
                     return  # raised only once stopping; nothing was settled, rows stay pending
                 except Exception:
