@@ -64,7 +64,6 @@ class Cycle:
         self._begun = 0
         self._done = 0
         self._progress = asyncio.Condition()
-        self.cycles = 0  # cycles run, empty ones included (what an idle relay costs)
 
     @property
     def held(self) -> dict[int, int]:
@@ -183,7 +182,6 @@ class Cycle:
         return outcome
 
     def _record(self, outcome: BatchOutcome) -> None:
-        self.cycles += 1
         self._sup.tick()
         self._observer.batch(outcome)
         if self._on_batch is not None:

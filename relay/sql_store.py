@@ -114,9 +114,11 @@ class SqlStore:
         except OutboxError as exc:
             raise _unavailable(statement.query, exc) from exc
 
-    async def _plan(self, what: str, plan: Plan, *, control: bool = False) -> Any:
+    async def _plan(
+        self, what: str, plan: Plan, *, control: bool = False, write: bool = True
+    ) -> Any:
         try:
-            return await (self._control if control else self._work).run_plan(plan, write=True)
+            return await (self._control if control else self._work).run_plan(plan, write=write)
         except RelayError:
             raise
         except OutboxError as exc:
@@ -170,12 +172,7 @@ class SqlStore:
             return []
         name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
         params = {"limit": limit, "in_flight": self._codec.ids(in_flight)}
-        try:
-            rows = await self._work.run_plan(self._claim(name, list(shards), params))
-        except RelayError:
-            raise
-        except OutboxError as exc:
-            raise _unavailable(name, exc) from exc
+        rows = await self._plan(name, self._claim(name, list(shards), params), write=False)
         return [ClaimedRow._make(r) for r in rows]
 
     async def backlog(self, shard_count: int) -> Backlog:
