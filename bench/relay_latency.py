@@ -5,14 +5,17 @@ A private database and a topic whose records the broker stamps when it appends t
 at its default. Writer threads (spread over --processes processes), each on its own
 connection, commit one event per transaction at the offered rate (split evenly between
 them), and note the wall clock right after each COMMIT returned; each event's payload
-carries its sequence number. The latency
+carries its sequence number. The default writer (--writer pgbench, bench/pgbench_writer.py)
+inserts rows producer_lib built beforehand from pgbench, one event per transaction in one
+round trip, so the load generator leaves the two cores to the relay, Postgres and Kafka;
+--writer emit runs Outbox.emit and COMMIT in Python threads instead. The latency
 of an event is the broker's append time minus its commit time (one clock: the same
 machine). The first --warmup-s of each load are left out. Before the loads, the relay sits
 idle for --idle-s: what that costs (statements per second on its database, CPU seconds of
 the relay and of Postgres per second) is measured too.
 
     .venv/bin/python bench/relay_latency.py [--rates 500,2000,5000] [--seconds 10]
-        [--writers 8] [--processes 4] [--plot docs/img/relay_latency.png] [--transport redis]
+        [--writers 8] [--processes 4] [--writer pgbench|emit] [--plot docs/img/relay_latency.png] [--transport redis]
 
 Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`). With
 --transport redis the relay publishes to a Redis stream instead (REDIS_URL), and the append
@@ -42,6 +45,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import pgbench_writer  # noqa: E402
 from bench.compare.latency import percentile  # noqa: E402
 from bench.compare.processes import launch, relay_env  # noqa: E402
 from bench.compare.topics import create_topic, delete_topics  # noqa: E402
@@ -197,6 +201,33 @@ async def appended_redis(
     return found
 
 
+def load(
+    args: argparse.Namespace, url: str, rate: float, first_seq: int, unthrottled: bool = False
+) -> tuple[dict[int, float], float]:
+    """One load of args.seconds at rate: seq -> commit time, and the time it took.
+    unthrottled: the writers commit as fast as they can (pgbench only)."""
+    if args.writer == "emit":
+        commit_at, took = write_load(
+            url, rate, args.seconds, args.writers, first_seq, args.keys, args.processes
+        )
+        return {first_seq + i: at for i, at in enumerate(commit_at)}, took
+    total = int(rate * args.seconds) // args.writers * args.writers
+    orders = make_orders(random.Random(first_seq), 500)
+    rng = random.Random(first_seq)
+    events = (
+        (
+            first_seq + i,
+            sequenced_order_event(rng, args.keys, first_seq + i, orders[i % len(orders)]),
+        )
+        for i in range(total)
+    )
+    pgbench_writer.stage(url, events)
+    committed = pgbench_writer.write(
+        url, None if unthrottled else rate, total, args.writers, first_seq
+    )
+    return committed, max(committed.values()) - min(committed.values())
+
+
 def postgres_cpu(dbname: str) -> float:
     """CPU seconds of the Postgres backends serving dbname (their command line names it)."""
     total = 0.0
@@ -272,15 +303,32 @@ async def run(args: argparse.Namespace) -> int:
             f"(over {elapsed:.0f} s)",
             flush=True,
         )
+        if args.writer == "pgbench" and args.ceiling_events:
+            # What this machine can commit at all, one event per transaction, while the
+            # relay publishes them: the offered rates above it cannot be met by any relay.
+            commit_at, took = await asyncio.to_thread(
+                load, args, url, args.ceiling_events / args.seconds, seq, True
+            )
+            await arrived(range(seq, seq + len(commit_at)), 120)
+            print(
+                f"commit ceiling: {len(commit_at) / took:,.0f} events/s (pgbench unthrottled, "
+                f"{args.writers} connections, the relay publishing meanwhile)",
+                flush=True,
+            )
+            seq += len(commit_at)
         points: list[Point] = []
         for rate in args.rates:
-            commit_at, took = await asyncio.to_thread(
-                write_load, url, rate, args.seconds, args.writers, seq, args.keys, args.processes
-            )
+            commit_at, took = await asyncio.to_thread(load, args, url, rate, seq)
             wanted = range(seq, seq + len(commit_at))
             got = await arrived(wanted, 120)
-            skip = int(rate * args.warmup_s)
-            lat = sorted((got[s] - commit_at[s - seq]) * 1000 for s in wanted[skip:] if s in got)
+            counted_from = min(commit_at.values()) + args.warmup_s
+            lat = sorted(
+                (got[s] - at) * 1000
+                for s, at in commit_at.items()
+                if at >= counted_from and s in got
+            )
+            if lat and lat[0] < 0:
+                raise RuntimeError(f"an event appended before its commit ({lat[0]:.1f} ms)")
             point = Point(
                 rate,
                 len(commit_at) / took,
@@ -349,11 +397,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--seconds", type=float, default=10.0, help="length of each load")
     p.add_argument("--warmup-s", type=float, default=1.0, help="left out at the start of each load")
-    p.add_argument("--writers", type=int, default=8, help="writer threads (connections)")
+    p.add_argument("--writers", type=int, default=8, help="writer connections")
     p.add_argument(
         "--processes", type=int, default=4, help="processes the writer threads are spread over"
     )
     p.add_argument("--keys", type=int, default=1000, help="distinct keys")
+    p.add_argument(
+        "--ceiling-events",
+        type=int,
+        default=30_000,
+        help="events committed unthrottled before the loads, to measure the machine's commit "
+        "ceiling (0: skip; pgbench writer only)",
+    )
+    p.add_argument(
+        "--writer",
+        choices=["pgbench", "emit"],
+        default="pgbench",
+        help="pgbench: producer_lib's rows inserted by pgbench (bench/pgbench_writer.py); "
+        "emit: Outbox.emit + COMMIT from Python threads",
+    )
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--idle-s", type=float, default=10.0, help="idle time measured before the loads")
     p.add_argument("--plot", help="write a latency-vs-rate PNG here")
