@@ -16,7 +16,8 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, cast
+from operator import attrgetter
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -24,7 +25,7 @@ from outbox_core.settings import SettingsGroup
 from relay.errors import KafkaUnavailable, PublishFailed
 from relay.kafka_errors import classify
 from relay.publisher import HELD, OutgoingRecord, Publisher
-from relay.records import to_record, too_large
+from relay.records import to_records
 from relay.store import ClaimedRow, Failure, Store
 
 MAX_ERROR_CHARS = 2000
@@ -162,30 +163,34 @@ async def send_batch(
         return None
     failed_keys = after.blocked_keys(settings.failure_policy) if after is not None else set()
     errors: dict[int, PublishFailed] = {}
-    held_back = 0
-    outgoing: list[tuple[ClaimedRow, OutgoingRecord]] = []
     limit = rules.max_request_size
     topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
-    for row in rows:
-        if block and row.key in failed_keys:
-            held_back += 1  # stays pending; the next claim waits behind its failed row
-            continue
-        record = to_record(row, topic_of[row.topic])
-        if too_large(record, row, limit):
-            # Known before sending: refuse it here so nothing later of its key goes out.
-            errors[row.id] = PublishFailed(
-                f"RecordTooLarge: record of {record.size} bytes exceeds "
-                f"kafka_max_request_size ({limit})",
-                retriable=False,
-            )
-            failed_keys.add(row.key)
-            continue
-        outgoing.append((row, record))
-    handed = await publisher.enqueue_batch([record for _, record in outgoing])
+    records, oversized = to_records(rows, topic_of, limit)
+    sending: list[ClaimedRow] = rows
+    if oversized or (block and failed_keys):  # rare: most claims send every row
+        screened: list[OutgoingRecord] = []
+        sending = []
+        for i, row in enumerate(rows):
+            if block and row.key in failed_keys:
+                continue  # stays pending; the next claim waits behind its failed row
+            if i in oversized:
+                # Known before sending: refuse it here so nothing later of its key goes out.
+                errors[row.id] = PublishFailed(
+                    f"RecordTooLarge: record of {oversized[i]} bytes exceeds "
+                    f"kafka_max_request_size ({limit})",
+                    retriable=False,
+                )
+                failed_keys.add(row.key)
+                continue
+            sending.append(row)
+            screened.append(records[i])
+        records = screened
+    held_back = len(rows) - len(sending) - len(errors)
+    handed = await publisher.enqueue_batch(records)
     # Records of one record batch share one ack: wait on each ack once, with its rows.
     batches: dict[int, tuple[Awaitable[None], list[ClaimedRow]]] = {}
     fatal = False
-    for (row, _), item in zip(outgoing, handed, strict=True):
+    for row, item in zip(sending, handed, strict=True):
         if item is HELD:
             held_back += 1  # waits for its key's earlier rows to be acked: next claim
             continue
@@ -197,10 +202,9 @@ async def send_batch(
             errors[row.id] = item
             failed_keys.add(row.key)
             continue
-        ack = cast(Awaitable[None], item)
-        batch = batches.get(id(ack))
+        batch = batches.get(id(item))
         if batch is None:
-            batches[id(ack)] = (ack, [row])
+            batches[id(item)] = (item, [row])  # type: ignore[assignment]
         else:
             batch[1].append(row)
     results = await asyncio.gather(*(ack for ack, _ in batches.values()), return_exceptions=True)
@@ -225,7 +229,7 @@ async def send_batch(
     if errors and not published and all(e.transport or e.fatal for e in errors.values()):
         raise KafkaUnavailable(next(iter(errors.values())))
     by_id = {row.id: row for row in rows} if errors else {}
-    per_shard = Counter(row.shard for row in rows)
+    per_shard = Counter(map(attrgetter("shard"), rows))
     return Sent(
         tokens={s: t for s, t in tokens.items() if s in per_shard},
         rows=rows,
@@ -260,8 +264,10 @@ async def settle_batch(sent: Sent, *, store: Store, rules: BatchRules) -> BatchO
         fatal_producer_error=sent.fatal,
         full=sent.full,
         lost=settled.lost,
-        latency_s=time.time() - min(row.created_at for row in published) if published else None,
-        published_by_topic=dict(Counter(row.topic for row in published)),
+        latency_s=(
+            time.time() - min(map(attrgetter("created_at"), published)) if published else None
+        ),
+        published_by_topic=dict(Counter(map(attrgetter("topic"), published))),
         failures_by_reason=dict(Counter(failure_reason(e) for e in sent.errors.values())),
     )
 

@@ -163,23 +163,20 @@ class KafkaPublisher:
         sizes = await self._limits.batch_bytes(topics)
         if self._settings.max_batch_bytes is not None:
             sizes = {t: min(size, self._settings.max_batch_bytes) for t, size in sizes.items()}
-        groups: dict[tuple[str, int], list[int]] = {}
+        groups: dict[tuple[str, int], list[tuple[int, OutgoingRecord]]] = {}
         for i, record in enumerate(records):
             known = partitions[record.topic]
             if isinstance(known, PublishFailed):
                 results[i] = known
                 continue
             partition = known[_key_slot(record.key) % len(known)]
-            groups.setdefault((record.topic, partition), []).append(i)
-        for (topic, partition), indexes in groups.items():
-            await self._enqueue_partition(
-                producer,
-                topic,
-                partition,
-                sizes[topic],
-                [(i, records[i]) for i in indexes],
-                results,
-            )
+            group = groups.get((record.topic, partition))
+            if group is None:
+                groups[record.topic, partition] = [(i, record)]
+            else:
+                group.append((i, record))
+        for (topic, partition), items in groups.items():
+            await self._enqueue_partition(producer, topic, partition, sizes[topic], items, results)
         return results
 
     async def _enqueue_partition(
@@ -192,25 +189,32 @@ class KafkaPublisher:
         results: list[Handed],
     ) -> None:
         largest = size - BATCH_HEADER - RECORD_OVERHEAD
-        builder, members = self._builder(producer, size), list[int]()
-        in_batch: set[bytes] = set()  # keys of the batch being built
+        builder, members, start = self._builder(producer, size), list[int](), 0
         # Keys whose later records wait for the next call: in a batch already submitted
         # by this call, or refused as too large.
         held: set[bytes] = set()
         for n, (i, record) in enumerate(items):
-            if record.key in held:
+            if held and record.key in held:
                 continue  # HELD: its key's earlier records are in a batch of their own
             # A builder takes any first record, however large; only a first record needs
             # its size checked (a later one that does not fit starts the next batch).
-            if members and _append(builder, record) is None:  # full: submit it
+            if (
+                members
+                and builder.append(
+                    timestamp=None, key=record.key, value=record.value, headers=record.headers
+                )
+                is None
+            ):  # full: submit it
                 failed = await self._submit(producer, builder, topic, partition, members, results)
                 if failed is not None:
                     # Nothing later of this partition may overtake the refused batch.
                     for j, _ in items[n:]:
                         results[j] = failed
                     return
-                held |= in_batch
-                builder, members, in_batch = self._builder(producer, size), [], set()
+                # The submitted batch's keys (items since it began; those skipped there
+                # were held already).
+                held.update(earlier.key for _, earlier in items[start:n])
+                builder, members, start = self._builder(producer, size), [], n
                 if record.key in held:
                     continue  # HELD
             if not members:
@@ -226,7 +230,6 @@ class KafkaPublisher:
                     continue
                 _append(builder, record)
             members.append(i)
-            in_batch.add(record.key)
         if members:
             await self._submit(producer, builder, topic, partition, members, results)
 
@@ -254,7 +257,7 @@ class KafkaPublisher:
         # timeouts; a batch appended while its producer was being stopped (recreated)
         # is never sent nor failed, and its shard would wait for it forever.
         limit_s = 3 * self._settings.request_timeout_ms / 1000
-        shared = asyncio.ensure_future(_ack(fut, limit_s, lambda: self._limits.forget(topic)))
+        shared = _ack(fut, limit_s, lambda: self._limits.forget(topic))
         for i in members:
             results[i] = shared
         return None
@@ -274,16 +277,38 @@ def _key_slot(key: bytes) -> int:
     return int(murmur2(key)) & 0x7FFFFFFF
 
 
-async def _ack(fut: asyncio.Future[Any], limit_s: float, size_error: Callable[[], None]) -> None:
-    try:
-        await asyncio.wait_for(fut, limit_s)
-    except TimeoutError:
-        raise PublishFailed(
-            f"no ack from Kafka within {limit_s:.0f}s", retriable=True, fatal=True
-        ) from None
-    except BaseException as exc:
-        if isinstance(exc, asyncio.CancelledError):
-            raise
+def _ack(
+    fut: asyncio.Future[Any], limit_s: float, size_error: Callable[[], None]
+) -> asyncio.Future[None]:
+    """The batch's ack: aiokafka's outcome with its error translated, or a PublishFailed
+    after limit_s. Callbacks and a timer, not a task with wait_for: a cycle sends a batch
+    per partition, and each task would cost the event loop several more iterations."""
+    loop = asyncio.get_running_loop()
+    ack: asyncio.Future[None] = loop.create_future()
+
+    def settle(done: asyncio.Future[Any]) -> None:
+        if ack.done():
+            return
+        if done.cancelled():
+            ack.set_exception(PublishFailed("send cancelled", retriable=True, fatal=True))
+            return
+        exc = done.exception()
+        if exc is None:
+            ack.set_result(None)
+            return
         if isinstance(exc, SIZE_ERRORS):
             size_error()  # the topic's limit changed: read it again
-        raise classify(exc) from exc
+        ack.set_exception(classify(exc))
+
+    def expire() -> None:
+        if not ack.done():
+            ack.set_exception(
+                PublishFailed(
+                    f"no ack from Kafka within {limit_s:.0f}s", retriable=True, fatal=True
+                )
+            )
+
+    timer = loop.call_later(limit_s, expire)
+    ack.add_done_callback(lambda _: timer.cancel())
+    fut.add_done_callback(settle)
+    return ack

@@ -18,7 +18,7 @@ from relay.errors import PublishFailed, RelayConfigError
 from relay.kafka_errors import classify
 from relay.leases import fair_share
 from relay.memory_publisher import MemoryPublisher
-from relay.publisher import HELD, KafkaPublisher, OutgoingRecord
+from relay.publisher import HELD, KafkaPublisher, OutgoingRecord, _ack
 
 CANARY = "canary-pw-7f3a91"
 GOOD: dict[str, Any] = {
@@ -348,3 +348,28 @@ def test_environment_variables_that_name_no_setting_are_found() -> None:
         "PATH": "/bin",
     }
     assert unknown_env_names(env) == ["OUTBOX_BATCHSIZE", "OUTBOX_KAFKA_CLIENTID"]
+
+
+async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
+    """The ack of a record batch: aiokafka's result passes, its error arrives translated
+    (a size error also makes the topic's limit be read again), and a batch nobody ever
+    answers fails as fatal after the limit, so its shard is not stuck behind it."""
+    loop = asyncio.get_running_loop()
+    forgotten: list[str] = []
+
+    def forget() -> None:
+        forgotten.append("orders")
+
+    ok, too_big, never = loop.create_future(), loop.create_future(), loop.create_future()
+    acks = [_ack(f, 0.05, forget) for f in (ok, too_big, never)]
+    ok.set_result(object())
+    too_big.set_exception(kafka_errors.MessageSizeTooLargeError())
+    results = await asyncio.gather(*acks, return_exceptions=True)
+    assert results[0] is None
+    assert isinstance(results[1], PublishFailed)
+    assert not results[1].retriable
+    assert isinstance(results[2], PublishFailed)
+    assert results[2].fatal
+    assert "no ack from Kafka" in str(results[2])
+    assert forgotten == ["orders"]
+    never.cancel()
