@@ -95,6 +95,8 @@ class BatchOutcome:
     failures_by_reason: dict[str, int] = field(default_factory=dict, repr=False)
 
 
+_ID = attrgetter("id")  # per published row: map() with it runs in C
+
 _REASON = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,63}$")
 
 
@@ -133,7 +135,7 @@ class Sent:
     @property
     def in_flight(self) -> list[int]:
         """Rows the settle will write: a claim made meanwhile must leave them out."""
-        return [row.id for row in self.published] + [f.id for f in self.failures]
+        return [*map(_ID, self.published), *(f.id for f in self.failures)]
 
     def blocked_keys(self, policy: str) -> set[str]:
         """Keys whose later rows must wait for this settle: under block_key, those with a
@@ -246,7 +248,7 @@ async def settle_batch(sent: Sent, *, store: Store, rules: BatchRules) -> BatchO
     """Mark the published rows and record the failures, fenced per shard."""
     published, failures = sent.published, sent.failures
     settled = await store.settle(
-        rules.owner, sent.tokens, [row.id for row in published], failures, rules.keep
+        rules.owner, sent.tokens, list(map(_ID, published)), failures, rules.keep
     )
     if settled.lost:
         # Those rows stay pending for the shard's new owner (published again: at least once).
