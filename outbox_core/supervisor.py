@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -25,13 +26,35 @@ from outbox_core.ops_http import Probe
 T = TypeVar("T")
 
 RETRY_MAX_WAIT_S = 10.0
+FIRST_RETRY_WAIT_S = 0.2  # the first backoff is up to this; each later one doubles
 RESTART_DELAY_S = 1.0
+
+
+class Wake(asyncio.Event):
+    """An Event that `Supervisor.sleep` watches without a task: set() also ends the
+    sleeps registered on it. The relay's cycle sleeps a few milliseconds hundreds of times
+    a second; a task per event watched cost it more than the sleep itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sleepers: set[asyncio.Future[None]] = set()
+
+    def set(self) -> None:
+        super().set()
+        for sleeper in self._sleepers:
+            if not sleeper.done():
+                sleeper.set_result(None)
+
+
+def _end(sleeper: asyncio.Future[None]) -> None:
+    if not sleeper.done():
+        sleeper.set_result(None)
 
 
 class Supervisor:
     def __init__(self, log: logging.Logger) -> None:
         self.log = log
-        self.stopping = asyncio.Event()
+        self.stopping = Wake()
         self.last_tick = time.monotonic()
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -57,6 +80,20 @@ class Supervisor:
         events = [self.stopping, *wake]
         if any(e.is_set() for e in events):
             return
+        wakes = [e for e in events if isinstance(e, Wake)]
+        if len(wakes) == len(events):
+            loop = asyncio.get_running_loop()
+            sleeper: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_later(seconds, _end, sleeper)
+            for e in wakes:
+                e._sleepers.add(sleeper)
+            try:
+                await sleeper
+            finally:
+                timer.cancel()
+                for e in wakes:
+                    e._sleepers.discard(sleeper)
+            return
         waits = [asyncio.ensure_future(e.wait()) for e in events]
         try:
             await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
@@ -74,20 +111,23 @@ class Supervisor:
         and counted as a tick: retrying is the loop at work, so /healthz stays green
         through an outage). Raises the last error once stopping, or a non-retriable one."""
 
-        def log_retry(state: RetryCallState) -> None:
-            self.tick()
-            exc = state.outcome.exception() if state.outcome else None
-            self.log.warning(
-                f"{what} failed; retrying",
-                extra={
-                    "attempt": state.attempt_number,
-                    "error": first_line(exc) if exc is not None else "",
-                },
-            )
+        try:
+            return await call()  # the common case: no retry machinery built per call
+        except Exception as exc:
+            if self.stopping.is_set() or not retriable(exc):
+                raise
+            self._log_retry(what, 1, exc)
+            await self.sleep(random.uniform(0, FIRST_RETRY_WAIT_S))
 
+        def log_retry(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            self._log_retry(what, state.attempt_number + 1, exc)
+
+        # Attempt 1 failed above, so tenacity's attempt n is the (n + 1)th: twice the
+        # multiplier keeps the backoff where one policy from the start would have it.
         retrying = AsyncRetrying(
             retry=retry_if_exception(retriable),
-            wait=wait_random_exponential(multiplier=0.2, max=RETRY_MAX_WAIT_S),
+            wait=wait_random_exponential(multiplier=2 * FIRST_RETRY_WAIT_S, max=RETRY_MAX_WAIT_S),
             stop=lambda _state: self.stopping.is_set(),
             sleep=self.sleep,
             before_sleep=log_retry,
@@ -98,6 +138,13 @@ class Supervisor:
             with attempt:
                 result = await call()
         return result  # type: ignore[return-value]
+
+    def _log_retry(self, what: str, attempt: int, exc: BaseException | None) -> None:
+        self.tick()
+        self.log.warning(
+            f"{what} failed; retrying",
+            extra={"attempt": attempt, "error": first_line(exc) if exc is not None else ""},
+        )
 
     # ------------------------------------------------------------------ tasks
 

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from outbox_core.supervisor import Supervisor
+from outbox_core.supervisor import Supervisor, Wake
 from relay.batch import BatchOutcome, BatchRules, Sent, send_batch, settle_batch
 from relay.errors import KafkaUnavailable, PublishFailed, RelayError, StoreUnavailable
 from relay.observer import RelayObserver
@@ -57,7 +57,7 @@ class Cycle:
         self._on_batch = on_batch
         self._shards: dict[int, int] = {}  # shard -> token: claimed for
         self._leaving: dict[int, int] = {}  # handed over once what was sent is settled
-        self._wake = asyncio.Event()
+        self._wake = Wake()
         # The batch sent and being settled, with its number; sends are numbered as they
         # begin, and _done is the highest number whose outcome is final.
         self._settling: tuple[int, Sent, asyncio.Task[BatchOutcome]] | None = None
