@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,11 +202,18 @@ async def appended_redis(
 
 
 def load(
-    args: argparse.Namespace, url: str, rate: float, first_seq: int, unthrottled: bool = False
+    args: argparse.Namespace,
+    url: str,
+    rate: float,
+    first_seq: int,
+    unthrottled: bool = False,
+    starting: Callable[[], object] = lambda: None,
 ) -> tuple[dict[int, float], float]:
     """One load of args.seconds at rate: seq -> commit time, and the time it took.
-    unthrottled: the writers commit as fast as they can (pgbench only)."""
+    unthrottled: the writers commit as fast as they can (pgbench only). starting is
+    called just before the first write (after the rows are staged)."""
     if args.writer == "emit":
+        starting()
         commit_at, took = write_load(
             url, rate, args.seconds, args.writers, first_seq, args.keys, args.processes
         )
@@ -222,6 +229,7 @@ def load(
         for i in range(total)
     )
     pgbench_writer.stage(url, events)
+    starting()
     committed = pgbench_writer.write(
         url, None if unthrottled else rate, total, args.writers, first_seq
     )
@@ -277,6 +285,7 @@ async def run(args: argparse.Namespace) -> int:
                 bootstrap, topic, args.partitions, {"message.timestamp.type": "LogAppendTime"}
             )
         relay = launch("relay", [sys.executable, "-m", "relay.cli", "run"], env, logdir)
+        pid = relay.pid
         seq = 0
         warm, _ = await asyncio.to_thread(write_load, url, 50, 2.0, 1, seq, args.keys)
         got = await arrived(range(seq, seq + len(warm)), 120)
@@ -317,10 +326,20 @@ async def run(args: argparse.Namespace) -> int:
             )
             seq += len(commit_at)
         points: list[Point] = []
+        cpu_marks: list[float] = []  # the relay's CPU seconds as each load starts
         for rate in args.rates:
-            commit_at, took = await asyncio.to_thread(load, args, url, rate, seq)
+            commit_at, took = await asyncio.to_thread(
+                load,
+                args,
+                url,
+                rate,
+                seq,
+                False,
+                lambda: cpu_marks.append(cpu_seconds(pid) or 0.0),
+            )
+            got = await arrived(range(seq, seq + len(commit_at)), 120)
+            relay_cpu = ((cpu_seconds(pid) or 0.0) - cpu_marks[-1]) / len(commit_at)
             wanted = range(seq, seq + len(commit_at))
-            got = await arrived(wanted, 120)
             counted_from = min(commit_at.values()) + args.warmup_s
             lat = sorted(
                 (got[s] - at) * 1000
@@ -341,7 +360,8 @@ async def run(args: argparse.Namespace) -> int:
             print(
                 f"offered {rate:,.0f}/s: committed {point.achieved:,.0f}/s, p50 "
                 f"{point.p50_ms:.1f} ms, p99 {point.p99_ms:.1f} ms, max {point.max_ms:.1f} ms, "
-                f"missing {point.missing} (load {os.getloadavg()[0]:.2f})",
+                f"missing {point.missing}, relay CPU {relay_cpu * 1e6:.0f} us/event "
+                f"(load {os.getloadavg()[0]:.2f})",
                 flush=True,
             )
             points.append(point)
