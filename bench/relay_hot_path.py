@@ -88,7 +88,7 @@ async def relay_path(
     events, cpu = 0, time.process_time()
     for _ in range(cycles):
         sent = await send_batch(
-            tokens, store=store, publisher=publisher, rules=rules, after=previous
+            tokens, store=as_store, publisher=publisher, rules=rules, after=previous
         )
         assert sent is not None
         await settle_batch(sent, store=as_store, rules=rules)
