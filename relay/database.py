@@ -35,7 +35,7 @@ CONTROL_CHECKOUT_S = 5.0
 # through outbox_events_unpublished_idx. At 1.1 (the usual value for data in cache or on
 # SSD) the partial index wins whatever the statistics say; only these connections use it
 # (tests/integration/test_claim_plan.py).
-WORK_SERVER_OPTIONS = "-c synchronous_commit=off -c random_page_cost=1.1"
+WORK_SERVER_OPTIONS = "-c synchronous_commit=off -c random_page_cost=1.1 -c jit=off"
 
 
 class DatabaseSettings(SettingsGroup):
