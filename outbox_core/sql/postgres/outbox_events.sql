@@ -108,15 +108,17 @@ CROSS JOIN LATERAL (
 
 -- name: outbox_claim_batch_fair
 -- fair_tenants: the rows outbox_claim_batch would claim (block_key policy, in_flight left
--- out), but each shard's batch takes turns between the shard's tenants instead of
--- following id order, so a tenant's backlog cannot fill every batch while others wait.
+-- out), but which of a shard's rows make its batch is decided by turns between the
+-- shard's tenants instead of id order, so a tenant's backlog cannot fill every batch while
+-- others wait.
 -- tenants: a skip scan of outbox_events_tenant_idx, one probe per tenant with unpublished
 -- rows in the shard (the untenanted rows are the tenant ''; NULL ends a shard's walk).
--- Each tenant's rows are walked in id order through the same index, at most per_tenant
--- (min(tenant_max_rows, limit)) of them; its k-th row (from 0) is in turn k / weight;
--- the shard's first `limit` rows by (turn, id) are the batch, returned in that order (the
--- window's: no sort of its own). A key belongs to one tenant, so its rows are in id
--- order, as in any claim.
+-- candidates: each tenant's claimable ids, walked in id order through the same index, at
+-- most per_tenant (min(tenant_max_rows, limit)) of them; its k-th (from 1) is in turn
+-- (k - 1) / weight. chosen: the shard's first `limit` ids by (turn, id). Only ids are
+-- ranked, then the chosen rows are read by primary key: ranking whole rows sorted their
+-- payloads too, which spilled to disk past work_mem. Returned in id order; a key belongs
+-- to one tenant, so this is the order of its rows in its tenant's turns too.
 WITH RECURSIVE tenants(shard, tenant) AS (
     SELECT s.shard, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
@@ -135,16 +137,12 @@ WITH RECURSIVE tenants(shard, tenant) AS (
     WHERE t.tenant IS NOT NULL
 ),
 candidates AS (
-    SELECT c.*
+    SELECT t.shard, x.id, (x.k - 1) / coalesce(w.weight, 1) AS turn
     FROM tenants t
     LEFT JOIN unnest(%(weight_tenants)s::text[], %(weights)s::int[]) AS w(tenant, weight)
       ON w.tenant = t.tenant
-    CROSS JOIN LATERAL (
-        SELECT e.id, e.shard::int AS shard, e.event_id::text AS event_id, e.topic, e.key,
-               e.event_type, e.payload, e.headers::text AS headers, e.attempts,
-               extract(epoch FROM e.created_at)::float8 AS created_at,
-               -- Numbered in the walk's own order: no sort of the candidates.
-               (row_number() OVER (ORDER BY e.id) - 1) / coalesce(w.weight, 1) AS turn
+    CROSS JOIN LATERAL unnest(ARRAY(
+        SELECT e.id
         FROM outbox_events e
         WHERE e.shard = t.shard
           AND coalesce(e.tenant, '') = t.tenant
@@ -161,17 +159,21 @@ candidates AS (
           )
         ORDER BY e.id
         LIMIT %(per_tenant)s
-    ) AS c
+    )) WITH ORDINALITY AS x(id, k)
     WHERE t.tenant IS NOT NULL
+),
+chosen AS (
+    SELECT r.id FROM (
+        SELECT c.id, row_number() OVER (PARTITION BY c.shard ORDER BY c.turn, c.id) AS place
+        FROM candidates c
+    ) AS r
+    WHERE r.place <= %(limit)s
 )
-SELECT r.id, r.shard, r.event_id, r.topic, r.key, r.event_type, r.payload, r.headers,
-       r.attempts, r.created_at
-FROM (
-    SELECT c.*, row_number() OVER (PARTITION BY c.shard ORDER BY c.turn, c.id) AS place
-    FROM candidates c
-) AS r
-WHERE r.place <= %(limit)s
-ORDER BY r.shard, r.turn, r.id;
+SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+FROM outbox_events e
+WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
+ORDER BY e.id;
 
 -- name: outbox_claim_batch_fair_skip
 -- outbox_claim_batch_fair under the skip policy: failed and parked rows hold nothing back.
@@ -193,16 +195,12 @@ WITH RECURSIVE tenants(shard, tenant) AS (
     WHERE t.tenant IS NOT NULL
 ),
 candidates AS (
-    SELECT c.*
+    SELECT t.shard, x.id, (x.k - 1) / coalesce(w.weight, 1) AS turn
     FROM tenants t
     LEFT JOIN unnest(%(weight_tenants)s::text[], %(weights)s::int[]) AS w(tenant, weight)
       ON w.tenant = t.tenant
-    CROSS JOIN LATERAL (
-        SELECT e.id, e.shard::int AS shard, e.event_id::text AS event_id, e.topic, e.key,
-               e.event_type, e.payload, e.headers::text AS headers, e.attempts,
-               extract(epoch FROM e.created_at)::float8 AS created_at,
-               -- Numbered in the walk's own order: no sort of the candidates.
-               (row_number() OVER (ORDER BY e.id) - 1) / coalesce(w.weight, 1) AS turn
+    CROSS JOIN LATERAL unnest(ARRAY(
+        SELECT e.id
         FROM outbox_events e
         WHERE e.shard = t.shard
           AND coalesce(e.tenant, '') = t.tenant
@@ -212,17 +210,21 @@ candidates AS (
           AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
         ORDER BY e.id
         LIMIT %(per_tenant)s
-    ) AS c
+    )) WITH ORDINALITY AS x(id, k)
     WHERE t.tenant IS NOT NULL
+),
+chosen AS (
+    SELECT r.id FROM (
+        SELECT c.id, row_number() OVER (PARTITION BY c.shard ORDER BY c.turn, c.id) AS place
+        FROM candidates c
+    ) AS r
+    WHERE r.place <= %(limit)s
 )
-SELECT r.id, r.shard, r.event_id, r.topic, r.key, r.event_type, r.payload, r.headers,
-       r.attempts, r.created_at
-FROM (
-    SELECT c.*, row_number() OVER (PARTITION BY c.shard ORDER BY c.turn, c.id) AS place
-    FROM candidates c
-) AS r
-WHERE r.place <= %(limit)s
-ORDER BY r.shard, r.turn, r.id;
+SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+FROM outbox_events e
+WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
+ORDER BY e.id;
 
 -- name: outbox_settle_delete
 -- One statement settles a cycle over many shards: acked rows are deleted, failed rows

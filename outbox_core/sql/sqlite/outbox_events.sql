@@ -51,8 +51,8 @@ LIMIT :limit;
 
 -- name: outbox_claim_batch_fair
 -- See the Postgres twin for the turns. Run once per shard, like outbox_claim_batch; each
--- tenant's rows are picked by a correlated id list (SQLite has no LATERAL) walking
--- outbox_events_tenant_idx.
+-- tenant's ids are picked by a correlated id list (SQLite has no LATERAL) walking
+-- outbox_events_tenant_idx; only ids are ranked, then the chosen rows are read.
 WITH RECURSIVE tenants(tenant) AS (
     SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
             WHERE e.shard = :shard AND e.published_at IS NULL
@@ -72,13 +72,12 @@ weights(tenant, weight) AS (
     FROM json_each(:weight_tenants) AS n JOIN json_each(:weights) AS w USING (key)
 ),
 candidates AS (
-    SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-           e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0 AS created_at,
-           (row_number() OVER (PARTITION BY t.tenant ORDER BY e.id) - 1)
+    SELECT c.id,
+           (row_number() OVER (PARTITION BY t.tenant ORDER BY c.id) - 1)
                / coalesce(w.weight, 1) AS turn
     FROM tenants t
     LEFT JOIN weights w ON w.tenant = t.tenant
-    JOIN outbox_events e ON e.id IN (
+    JOIN outbox_events c ON c.id IN (
         SELECT x.id FROM outbox_events x
         WHERE x.shard = :shard
           AND coalesce(x.tenant, '') = t.tenant
@@ -98,10 +97,11 @@ candidates AS (
     )
     WHERE t.tenant IS NOT NULL
 )
-SELECT id, shard, event_id, topic, key, event_type, payload, headers, attempts, created_at
-FROM candidates
-ORDER BY turn, id
-LIMIT :limit;
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+FROM outbox_events e
+WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
+ORDER BY e.id;
 
 -- name: outbox_claim_batch_fair_skip
 WITH RECURSIVE tenants(tenant) AS (
@@ -123,13 +123,12 @@ weights(tenant, weight) AS (
     FROM json_each(:weight_tenants) AS n JOIN json_each(:weights) AS w USING (key)
 ),
 candidates AS (
-    SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-           e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0 AS created_at,
-           (row_number() OVER (PARTITION BY t.tenant ORDER BY e.id) - 1)
+    SELECT c.id,
+           (row_number() OVER (PARTITION BY t.tenant ORDER BY c.id) - 1)
                / coalesce(w.weight, 1) AS turn
     FROM tenants t
     LEFT JOIN weights w ON w.tenant = t.tenant
-    JOIN outbox_events e ON e.id IN (
+    JOIN outbox_events c ON c.id IN (
         SELECT x.id FROM outbox_events x
         WHERE x.shard = :shard
           AND coalesce(x.tenant, '') = t.tenant
@@ -142,10 +141,11 @@ candidates AS (
     )
     WHERE t.tenant IS NOT NULL
 )
-SELECT id, shard, event_id, topic, key, event_type, payload, headers, attempts, created_at
-FROM candidates
-ORDER BY turn, id
-LIMIT :limit;
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+FROM outbox_events e
+WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
+ORDER BY e.id;
 
 -- name: outbox_delete_published
 -- The settle, in steps inside database_begin_immediate after lease_check of each shard
