@@ -300,7 +300,8 @@ def timeline_plot(
         note, value = reference
         y = round(py(value))
         canvas.line(left, y, left + plot_w, y, RED, 1, dash=6)
-        canvas.text(left + plot_w - Canvas.text_width(note) - 6, y - 20, note, RED)
+        canvas.rect(left + 4, y + 4, left + Canvas.text_width(note) + 12, y + 24, WHITE)
+        canvas.text(left + 8, y + 7, note, RED)
     legend_x, legend_y = left, top + plot_h + 66
     for n, (name, points) in enumerate(series):
         color = PALETTE[n % len(PALETTE)]

@@ -113,6 +113,9 @@ CROSS JOIN LATERAL (
 -- others wait.
 -- tenants: a skip scan of outbox_events_tenant_idx, one probe per tenant with unpublished
 -- rows in the shard (the untenanted rows are the tenant ''; NULL ends a shard's walk).
+-- It walks backwards, landing on each tenant's newest row: the oldest entries of a
+-- draining tenant are the rows just published, not yet vacuumed away, which a forward
+-- probe would step over on every claim (the candidates' walk does once, anyway).
 -- candidates: each tenant's claimable ids, walked in id order through the same index, at
 -- most per_tenant (min(tenant_max_rows, limit)) of them; its k-th (from 1) is in turn
 -- (k - 1) / weight. chosen: the shard's first `limit` ids by (turn, id). Only ids are
@@ -123,15 +126,15 @@ WITH RECURSIVE tenants(shard, tenant) AS (
     SELECT s.shard, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
         WHERE e.shard = s.shard AND e.published_at IS NULL
-        ORDER BY coalesce(e.tenant, '')
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
         LIMIT 1)
     FROM unnest(%(shards)s::smallint[]) AS s(shard)
     UNION ALL
     SELECT t.shard, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
         WHERE e.shard = t.shard AND e.published_at IS NULL
-          AND coalesce(e.tenant, '') > t.tenant
-        ORDER BY coalesce(e.tenant, '')
+          AND coalesce(e.tenant, '') < t.tenant
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
         LIMIT 1)
     FROM tenants t
     WHERE t.tenant IS NOT NULL
@@ -181,15 +184,15 @@ WITH RECURSIVE tenants(shard, tenant) AS (
     SELECT s.shard, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
         WHERE e.shard = s.shard AND e.published_at IS NULL
-        ORDER BY coalesce(e.tenant, '')
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
         LIMIT 1)
     FROM unnest(%(shards)s::smallint[]) AS s(shard)
     UNION ALL
     SELECT t.shard, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
         WHERE e.shard = t.shard AND e.published_at IS NULL
-          AND coalesce(e.tenant, '') > t.tenant
-        ORDER BY coalesce(e.tenant, '')
+          AND coalesce(e.tenant, '') < t.tenant
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
         LIMIT 1)
     FROM tenants t
     WHERE t.tenant IS NOT NULL

@@ -56,13 +56,13 @@ LIMIT :limit;
 WITH RECURSIVE tenants(tenant) AS (
     SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
             WHERE e.shard = :shard AND e.published_at IS NULL
-            ORDER BY coalesce(e.tenant, '')
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
             LIMIT 1)
     UNION ALL
     SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
             WHERE e.shard = :shard AND e.published_at IS NULL
-              AND coalesce(e.tenant, '') > t.tenant
-            ORDER BY coalesce(e.tenant, '')
+              AND coalesce(e.tenant, '') < t.tenant
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
             LIMIT 1)
     FROM tenants t
     WHERE t.tenant IS NOT NULL
@@ -107,13 +107,13 @@ ORDER BY e.id;
 WITH RECURSIVE tenants(tenant) AS (
     SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
             WHERE e.shard = :shard AND e.published_at IS NULL
-            ORDER BY coalesce(e.tenant, '')
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
             LIMIT 1)
     UNION ALL
     SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
             WHERE e.shard = :shard AND e.published_at IS NULL
-              AND coalesce(e.tenant, '') > t.tenant
-            ORDER BY coalesce(e.tenant, '')
+              AND coalesce(e.tenant, '') < t.tenant
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
             LIMIT 1)
     FROM tenants t
     WHERE t.tenant IS NOT NULL
