@@ -300,8 +300,6 @@ def timeline_plot(
         note, value = reference
         y = round(py(value))
         canvas.line(left, y, left + plot_w, y, RED, 1, dash=6)
-        canvas.rect(left + 4, y + 4, left + Canvas.text_width(note) + 12, y + 24, WHITE)
-        canvas.text(left + 8, y + 7, note, RED)
     legend_x, legend_y = left, top + plot_h + 66
     for n, (name, points) in enumerate(series):
         color = PALETTE[n % len(PALETTE)]
@@ -311,5 +309,10 @@ def timeline_plot(
                 canvas.rect(x - 1, y - 1, x + 1, y + 1, color)
         canvas.rect(legend_x, legend_y + 2, legend_x + 10, legend_y + 12, color)
         legend_x = canvas.text(legend_x + 18, legend_y, name, color) + 30
+    if reference is not None:  # over the dots, on a box of its own
+        note, value = reference
+        y = round(py(value))
+        canvas.rect(left + 4, y + 4, left + Canvas.text_width(note) + 12, y + 24, WHITE)
+        canvas.text(left + 8, y + 7, note, RED)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(canvas.png())
