@@ -1,4 +1,4 @@
-"""A small PNG line chart (latency against offered load) with no plotting library.
+"""Small PNG charts (latency against offered load, latency over time), no plotting library.
 
 An RGB canvas, lines, markers and a 5x7 bitmap font (upper case, digits and a little
 punctuation), written as a PNG with zlib. Enough for docs/img/relay_latency.png.
@@ -244,5 +244,75 @@ def latency_plot(
             canvas.line(legend_x, y + 7, legend_x + 40, y + 7, color, 3, dash=dash)
             canvas.text(legend_x + 50, y, f"{name} {kind}", color)
         legend_x += 440
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(canvas.png())
+
+
+def timeline_plot(
+    path: Path,
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    title: str,
+    xlabel: str = "SECONDS SINCE THE FIRST COMMIT",
+    reference: tuple[str, float] | None = None,
+) -> None:
+    """series: (label, [(seconds, latency ms), ...]): one dot per event, on a log-scale
+    latency axis against time; reference: a labelled dashed line (a bar to meet)."""
+    width, height = 960, 600
+    left, right, top, bottom = 110, 40, 60, 130
+    canvas = Canvas(width, height)
+    plot_w, plot_h = width - left - right, height - top - bottom
+    xs = [t for _, points in series for t, _ in points]
+    x_max = max(xs) * 1.02 if xs and max(xs) > 0 else 1.0
+    values = [v for _, points in series for _, v in points]
+    y_lo, y_hi = _nice_log_bounds(values + ([reference[1]] if reference else []))
+
+    def px(x: float) -> float:
+        return left + plot_w * min(max(x, 0.0), x_max) / x_max
+
+    def py(y: float) -> float:
+        y = min(max(y, y_lo), y_hi)
+        frac = (math.log10(y) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
+        return top + plot_h * (1 - frac)
+
+    canvas.text((width - Canvas.text_width(title)) // 2, 18, title)
+    decade = y_lo
+    while decade <= y_hi * 1.0001:
+        y = round(py(decade))
+        canvas.line(left, y, left + plot_w, y, GREY)
+        label = f"{decade:g}"
+        canvas.text(left - 12 - Canvas.text_width(label), y - 7, label)
+        decade *= 10
+    step = 10 ** math.floor(math.log10(x_max)) if x_max >= 1 else 0.1
+    if x_max / step < 4:
+        step /= 2
+    tick = 0.0
+    while tick <= x_max:
+        xp = round(px(tick))
+        canvas.line(xp, top, xp, top + plot_h, GREY)
+        label = f"{tick:g}"
+        canvas.text(xp - Canvas.text_width(label) // 2, top + plot_h + 10, label)
+        tick += step
+    canvas.line(left, top, left, top + plot_h, BLACK, 2)
+    canvas.line(left, top + plot_h, left + plot_w, top + plot_h, BLACK, 2)
+    canvas.text(left + (plot_w - Canvas.text_width(xlabel)) // 2, top + plot_h + 34, xlabel)
+    canvas.text(8, top - 26, "MS (LOG)")
+    if reference is not None:
+        note, value = reference
+        y = round(py(value))
+        canvas.line(left, y, left + plot_w, y, RED, 1, dash=6)
+    legend_x, legend_y = left, top + plot_h + 66
+    for n, (name, points) in enumerate(series):
+        color = PALETTE[n % len(PALETTE)]
+        for t, value in points:
+            if value > 0 and math.isfinite(value):
+                x, y = round(px(t)), round(py(value))
+                canvas.rect(x - 1, y - 1, x + 1, y + 1, color)
+        canvas.rect(legend_x, legend_y + 2, legend_x + 10, legend_y + 12, color)
+        legend_x = canvas.text(legend_x + 18, legend_y, name, color) + 30
+    if reference is not None:  # over the dots, on a box of its own
+        note, value = reference
+        y = round(py(value))
+        canvas.rect(left + 4, y + 4, left + Canvas.text_width(note) + 12, y + 24, WHITE)
+        canvas.text(left + 8, y + 7, note, RED)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(canvas.png())

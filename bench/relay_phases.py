@@ -36,7 +36,7 @@ from relay.errors import PublishFailed
 from relay.publisher import Handed, HeldBack, KafkaPublisher, OutgoingRecord
 from relay.service import RelayService
 from relay.sql_store import SqlStore
-from relay.store import ClaimedRow, Failure, Policy, Settled
+from relay.store import ClaimedRow, Failure, Policy, Settled, TenantTurns
 
 _BATCH: contextvars.ContextVar[dict[str, float]] = contextvars.ContextVar("batch")
 _WAITERS: set[asyncio.Future[None]] = set()
@@ -52,10 +52,15 @@ class TimedStore:
         return getattr(self._inner, name)
 
     async def claim(
-        self, shards: Sequence[int], limit: int, policy: Policy, in_flight: Sequence[int] = ()
+        self,
+        shards: Sequence[int],
+        limit: int,
+        policy: Policy,
+        in_flight: Sequence[int] = (),
+        turns: TenantTurns | None = None,
     ) -> list[ClaimedRow]:
         t0 = time.perf_counter()
-        rows = await self._inner.claim(shards, limit, policy, in_flight)
+        rows = await self._inner.claim(shards, limit, policy, in_flight, turns)
         _BATCH.set({"t0": t0, "t1": time.perf_counter(), "rows": float(len(rows))})
         return rows
 

@@ -53,11 +53,13 @@ outbox_events = Table(
     Column("last_error", Text),
     Column("status", Text, nullable=False, server_default=text("'pending'")),
     Column("published_at", _tz),
+    Column("tenant", Text),  # NULL: no tenant
     UniqueConstraint("event_id", name="outbox_events_event_id_key"),
     CheckConstraint("status IN ('pending', 'parked')", name="outbox_events_status_check"),
     CheckConstraint("topic <> ''", name="outbox_events_topic_check"),
     CheckConstraint("key <> ''", name="outbox_events_key_check"),
     CheckConstraint("shard >= 0", name="outbox_events_shard_check"),
+    CheckConstraint("tenant <> ''", name="outbox_events_tenant_check"),
 )
 Index(
     "outbox_events_unpublished_idx",
@@ -77,6 +79,13 @@ Index(
     outbox_events.c.key,
     outbox_events.c.id,
     postgresql_where=text("published_at IS NULL AND (status = 'parked' OR attempts > 0)"),
+)
+Index(
+    "outbox_events_tenant_idx",
+    outbox_events.c.shard,
+    text("coalesce(tenant, '')"),
+    outbox_events.c.id,
+    postgresql_where=outbox_events.c.published_at.is_(None),
 )
 
 outbox_idempotency = Table(

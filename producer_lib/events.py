@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from outbox_core.sharding import shard_for
+from outbox_core.tenants import MAX_TENANT_CHARS
 from producer_lib.errors import InvalidEvent, PayloadTooLarge
 from producer_lib.headers import build_headers, validate_user_headers
 from producer_lib.serialization import Serializer, serialize
@@ -37,6 +38,7 @@ class Event:
     event_id: uuid.UUID | str | None = None
     idempotency_key: str | None = None
     deliver_after: DeliverAfter | None = None
+    tenant: str | None = None  # whose event: the relay's fair claims take turns by tenant
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class EventRow:
     delay_s: float
     idempotency_key: str | None
     body_hash: bytes = field(repr=False)  # empty without an idempotency key
+    tenant: str | None = None
 
     @property
     def size(self) -> int:
@@ -109,10 +112,20 @@ def _deliver_after(value: DeliverAfter | None) -> tuple[dt.datetime | None, floa
     )
 
 
-def body_hash(topic: str, key: str, event_type: str, payload: bytes, user: dict[str, str]) -> bytes:
-    """What an idempotency key promises: the same event body, whatever its event_id."""
+def body_hash(
+    topic: str,
+    key: str,
+    event_type: str,
+    payload: bytes,
+    user: dict[str, str],
+    tenant: str | None = None,
+) -> bytes:
+    """What an idempotency key promises: the same event body, whatever its event_id. The
+    tenant counts only when there is one, so the hashes stored before tenants existed
+    still match their events."""
     h = hashlib.sha256()
-    for part in (topic, key, event_type, json.dumps(user, sort_keys=True)):
+    parts = (topic, key, event_type, json.dumps(user, sort_keys=True))
+    for part in parts if tenant is None else (*parts, "tenant", tenant):
         encoded = part.encode()
         h.update(len(encoded).to_bytes(8, "big"))
         h.update(encoded)
@@ -151,6 +164,9 @@ def prepare(
         idempotency_key = _require_text(
             event.idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_CHARS
         )
+    tenant = None
+    if event.tenant is not None:
+        tenant = _require_text(event.tenant, "tenant", MAX_TENANT_CHARS)
     event_id = _event_id(event.event_id)
     available_at, delay_s = _deliver_after(event.deliver_after)
     user = validate_user_headers(event.headers)
@@ -169,8 +185,11 @@ def prepare(
         delay_s=delay_s,
         idempotency_key=idempotency_key,
         body_hash=(
-            body_hash(topic, key, event_type, serialized.data, user) if idempotency_key else b""
+            body_hash(topic, key, event_type, serialized.data, user, tenant)
+            if idempotency_key
+            else b""
         ),
+        tenant=tenant,
     )
     if row.size > max_event_bytes:
         raise PayloadTooLarge(

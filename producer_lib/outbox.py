@@ -42,6 +42,7 @@ class EventEmitter(Protocol):
         event_id: uuid.UUID | str | None = None,
         idempotency_key: str | None = None,
         deliver_after: DeliverAfter | None = None,
+        tenant: str | None = None,
     ) -> uuid.UUID: ...
 
     def emit_batch(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]: ...
@@ -58,6 +59,7 @@ class EventEmitter(Protocol):
         event_id: uuid.UUID | str | None = None,
         idempotency_key: str | None = None,
         deliver_after: DeliverAfter | None = None,
+        tenant: str | None = None,
     ) -> uuid.UUID: ...
 
     async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]: ...
@@ -134,15 +136,27 @@ class Outbox:
         event_id: uuid.UUID | str | None = None,
         idempotency_key: str | None = None,
         deliver_after: DeliverAfter | None = None,
+        tenant: str | None = None,
     ) -> uuid.UUID:
         """Write one event in conn's transaction; returns its event_id.
 
         With an idempotency_key already used for the same body, returns the first
         event's id and writes nothing; for a different body raises IdempotencyConflict.
+        tenant (optional, 1-255 characters) names whose event it is: a relay run with
+        fair_tenants takes turns between tenants, so one tenant's flood does not delay
+        the others. A key should belong to one tenant.
         """
         row = self.prepare(
             Event(
-                topic, key, event_type, payload, headers, event_id, idempotency_key, deliver_after
+                topic,
+                key,
+                event_type,
+                payload,
+                headers,
+                event_id,
+                idempotency_key,
+                deliver_after,
+                tenant,
             )
         )
         executor = sync_executor(conn)
@@ -174,11 +188,20 @@ class Outbox:
         event_id: uuid.UUID | str | None = None,
         idempotency_key: str | None = None,
         deliver_after: DeliverAfter | None = None,
+        tenant: str | None = None,
     ) -> uuid.UUID:
         """emit for AsyncSession, AsyncConnection and psycopg AsyncConnection."""
         row = self.prepare(
             Event(
-                topic, key, event_type, payload, headers, event_id, idempotency_key, deliver_after
+                topic,
+                key,
+                event_type,
+                payload,
+                headers,
+                event_id,
+                idempotency_key,
+                deliver_after,
+                tenant,
             )
         )
         executor = await async_executor(conn)

@@ -42,6 +42,7 @@ def row_params(row: EventRow, dialect: Dialect, opts: WriteOptions) -> dict[str,
         "headers": row.headers_json,
         "available_at": codec.time(row.available_at),
         "delay_s": codec.seconds(row.delay_s),
+        "tenant": row.tenant,
     }
     if dialect == "postgres":  # SQLite has one writer at a time: no lock, no hint
         params["lock_ns"] = opts.lock_namespace
@@ -134,6 +135,7 @@ def emit_many(rows: Sequence[EventRow], dialect: Dialect, opts: WriteOptions) ->
             "headers": [r.headers_json for r in rows],
             "available_ats": [r.available_at for r in rows],
             "delays_s": [r.delay_s for r in rows],
+            "tenants": [r.tenant for r in rows],
             "notify_channel": opts.notify_channel,
         },
     )

@@ -47,6 +47,10 @@ class RecordedEvent:
         return self.row.event_type
 
     @property
+    def tenant(self) -> str | None:
+        return self.row.tenant
+
+    @property
     def headers(self) -> dict[str, str]:
         return self.row.headers
 
@@ -121,9 +125,18 @@ class RecordingOutbox(Outbox):
         event_id: uuid.UUID | str | None = None,
         idempotency_key: str | None = None,
         deliver_after: DeliverAfter | None = None,
+        tenant: str | None = None,
     ) -> uuid.UUID:
         event = Event(
-            topic, key, event_type, payload, headers, event_id, idempotency_key, deliver_after
+            topic,
+            key,
+            event_type,
+            payload,
+            headers,
+            event_id,
+            idempotency_key,
+            deliver_after,
+            tenant,
         )
         return self._record(self.prepare(event))
 
@@ -143,6 +156,7 @@ class RecordingOutbox(Outbox):
         event_id: uuid.UUID | str | None = None,
         idempotency_key: str | None = None,
         deliver_after: DeliverAfter | None = None,
+        tenant: str | None = None,
     ) -> uuid.UUID:
         return self.emit(
             conn,
@@ -154,6 +168,7 @@ class RecordingOutbox(Outbox):
             event_id=event_id,
             idempotency_key=idempotency_key,
             deliver_after=deliver_after,
+            tenant=tenant,
         )
 
     async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:

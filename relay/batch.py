@@ -26,7 +26,7 @@ from relay.errors import KafkaUnavailable, PublishFailed
 from relay.kafka_errors import classify
 from relay.publisher import HELD, OutgoingRecord, Publisher
 from relay.records import to_records
-from relay.store import ClaimedRow, Failure, Store
+from relay.store import ClaimedRow, Failure, Store, TenantTurns
 
 MAX_ERROR_CHARS = 2000
 
@@ -78,6 +78,17 @@ class BatchRules:
     topics: TopicSettings
     max_request_size: int  # the producer's: a larger record is refused before sending
     keep: bool  # retention=keep: mark published rows instead of deleting them
+    turns: TenantTurns | None = None  # fair_tenants: claims take turns between tenants
+
+    @property
+    def shard_full_at(self) -> int:
+        """Rows of one shard's batch that say more are probably waiting: batch_size, or a
+        tenant's cap when that is lower (a capped tenant's next rows wait for the next
+        cycle, which then starts at once)."""
+        size = self.batch.batch_size
+        if self.turns is None or self.turns.max_rows is None:
+            return size
+        return min(size, self.turns.max_rows)
 
 
 @dataclass(frozen=True)
@@ -160,7 +171,9 @@ async def send_batch(
     settings = rules.batch
     block = settings.failure_policy == "block_key"
     in_flight = after.in_flight if after is not None else []
-    rows = await store.claim(list(tokens), settings.batch_size, settings.failure_policy, in_flight)
+    rows = await store.claim(
+        list(tokens), settings.batch_size, settings.failure_policy, in_flight, rules.turns
+    )
     if not rows:
         return None
     failed_keys = after.blocked_keys(settings.failure_policy) if after is not None else set()
@@ -240,7 +253,7 @@ async def send_batch(
         failures=[_failure(by_id[i], e, settings) for i, e in errors.items() if not e.fatal],
         held_back=held_back,
         fatal=fatal,
-        full=max(per_shard.values()) >= settings.batch_size,
+        full=max(per_shard.values()) >= rules.shard_full_at,
     )
 
 

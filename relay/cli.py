@@ -116,7 +116,9 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, field.name, None)
         if value is None:
             continue
-        if field.is_json and isinstance(value, str):
+        # Text that is not a JSON document is left to the field's own parsing (the
+        # name=weight pairs of tenant_weights), as the environment's is.
+        if field.is_json and isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:

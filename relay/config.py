@@ -1,7 +1,7 @@
 """Relay settings: environment variables OUTBOX_<NAME>, or the same names as CLI flags.
 
 The settings are grouped (database, kafka, kafka_security, redis, redis_stream, topics,
-batch, probe, leases, purge, gauges, notify, http, log); each part of the relay receives
+batch, tenants, probe, leases, purge, gauges, notify, http, log); each part of the relay receives
 only its group. Names stay flat for users: OUTBOX_KAFKA_SECURITY_PROTOCOL, --lease-ttl-s (outbox_core.settings).
 Every field is documented in its group; `outbox-relay run --help` prints the same text.
 """
@@ -37,6 +37,7 @@ from relay.leases import LeaseSettings
 from relay.notify import NotifySettings
 from relay.purge import PurgeSettings
 from relay.redis_publisher import RedisStreamSettings
+from relay.tenants import TenantSettings
 from relay.wakeup import ProbeSettings
 
 ENV_PREFIX = "OUTBOX_"
@@ -88,6 +89,7 @@ class RelaySettings(BaseSettings):
         description="Number of shards; must equal the database's (outbox-relay migrate --shard-count).",
     )
     batch: BatchSettings = Field(default_factory=BatchSettings)
+    tenants: TenantSettings = Field(default_factory=TenantSettings)
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     purge: PurgeSettings = Field(default_factory=PurgeSettings)
@@ -138,6 +140,7 @@ class RelaySettings(BaseSettings):
             topics=self.topics,
             max_request_size=self.kafka.max_request_size,
             keep=self.purge.keep,
+            turns=self.tenants.turns(),
         )
 
 

@@ -1,5 +1,10 @@
-"""The backlog gauges (pending, parked, oldest pending age), refreshed on a timer so that
-a Prometheus scrape never queries the database. `run_once` is one refresh."""
+"""The backlog gauges (pending, parked, oldest pending age; the same by tenant), refreshed
+on a timer so that a Prometheus scrape never queries the database. `run_once` is one
+refresh.
+
+The tenant gauges carry a bounded label set: the tenant_top tenants with the most pending
+rows by name, the rest summed as "other"; a tenant that leaves the top loses its labels at
+the next refresh (observer.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +31,13 @@ class GaugeSettings(SettingsGroup):
         gt=0,
         description="How often pending/parked/oldest-age gauges are refreshed (never per scrape).",
     )
+    tenant_top: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description="Tenants with the most pending rows that get their own label on the "
+        'per-tenant gauges; the rest are summed as tenant="other" (0: no tenant gauges).',
+    )
 
 
 class Gauges:
@@ -47,6 +59,9 @@ class Gauges:
     async def run_once(self) -> Backlog:
         backlog = await self._store.backlog(self._shard_count)
         self._observer.backlog(backlog)
+        if self.settings.tenant_top:
+            by_tenant = await self._store.backlog_by_tenant(self.settings.tenant_top)
+            self._observer.tenant_backlog(by_tenant)
         return backlog
 
     async def run(self) -> None:

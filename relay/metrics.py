@@ -79,3 +79,17 @@ class RelayMetrics:
             registry=r,
         )
         self.replicas = Gauge("outbox_relay_replicas_live", "Live relay replicas seen.", registry=r)
+        self.tenant_pending = Gauge(
+            "outbox_relay_tenant_pending_rows",
+            "Unpublished pending rows of the tenants with the most of them; the rest as "
+            'tenant="other", untenanted rows as tenant="none" (refreshed periodically).',
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_oldest_pending_age = Gauge(
+            "outbox_relay_tenant_oldest_pending_age_seconds",
+            "Age of the oldest unpublished pending row, by tenant as "
+            "outbox_relay_tenant_pending_rows (refreshed periodically).",
+            ["tenant"],
+            registry=r,
+        )

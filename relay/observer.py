@@ -8,7 +8,12 @@ from dataclasses import dataclass
 
 from relay.batch import BatchOutcome
 from relay.metrics import RelayMetrics
-from relay.store import Backlog
+from relay.store import Backlog, TenantBacklog
+
+# Labels of the per-tenant gauges besides the tenants' names. A tenant of the same name
+# shares its label with them (its rows are added in).
+UNTENANTED = "none"
+OTHER_TENANTS = "other"
 
 
 @dataclass
@@ -31,6 +36,7 @@ class RelayObserver:
     def __init__(self) -> None:
         self.stats = RelayStats()
         self.metrics = RelayMetrics()
+        self._tenant_labels: set[str] = set()
 
     def batch(self, outcome: BatchOutcome) -> None:
         st, m = self.stats, self.metrics
@@ -86,3 +92,22 @@ class RelayObserver:
         self.metrics.pending.set(backlog.pending)
         self.metrics.parked_rows.set(backlog.parked)
         self.metrics.oldest_pending_age.set(backlog.oldest_pending_age_s)
+
+    def tenant_backlog(self, rows: list[TenantBacklog]) -> None:
+        """Set the per-tenant gauges to this refresh's top tenants and "other", and remove
+        the labels of tenants no longer among them, so the label set stays bounded."""
+        # "other" is always there (0 when every tenant is named): a series to alert on.
+        pending: dict[str, int] = {OTHER_TENANTS: 0}
+        oldest: dict[str, float] = {OTHER_TENANTS: 0.0}
+        for row in rows:
+            label = OTHER_TENANTS if row.other else row.tenant or UNTENANTED
+            pending[label] = pending.get(label, 0) + row.pending
+            oldest[label] = max(oldest.get(label, 0.0), row.oldest_pending_age_s)
+        m = self.metrics
+        for label in self._tenant_labels - pending.keys():
+            m.tenant_pending.remove(label)
+            m.tenant_oldest_pending_age.remove(label)
+        for label, count in pending.items():
+            m.tenant_pending.labels(tenant=label).set(count)
+            m.tenant_oldest_pending_age.labels(tenant=label).set(oldest[label])
+        self._tenant_labels = set(pending)

@@ -21,7 +21,17 @@ from outbox_core.errors import MigrationError, OutboxError
 from outbox_core.executors import AsyncPool, Plan, Rows, Statement
 from relay.errors import RelayError, StartupRefused, StoreUnavailable
 from relay.sqlite_lock import RelayFileLock
-from relay.store import AppliedMigration, Backlog, ClaimedRow, Failure, Lease, Policy, Settled
+from relay.store import (
+    AppliedMigration,
+    Backlog,
+    ClaimedRow,
+    Failure,
+    Lease,
+    Policy,
+    Settled,
+    TenantBacklog,
+    TenantTurns,
+)
 
 
 def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
@@ -76,6 +86,14 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
         rows.extend((yield Statement(name, {"shard": shard, **params})))
     return rows
 
+
+# (policy, fair): without fair_tenants the claim is the statement it always was.
+CLAIM_QUERIES: dict[tuple[Policy, bool], str] = {
+    ("block_key", False): "outbox_claim_batch",
+    ("skip", False): "outbox_claim_batch_skip",
+    ("block_key", True): "outbox_claim_batch_fair",
+    ("skip", True): "outbox_claim_batch_fair_skip",
+}
 
 ClaimForm = Callable[[str, list[int], dict[str, Any]], Plan]
 CLAIM_FORMS: dict[Dialect, ClaimForm] = {
@@ -172,20 +190,39 @@ class SqlStore:
         return int((await self._run(Statement("outbox_shard_max")))[0][0])
 
     async def claim(
-        self, shards: Sequence[int], limit: int, policy: Policy, in_flight: Sequence[int] = ()
+        self,
+        shards: Sequence[int],
+        limit: int,
+        policy: Policy,
+        in_flight: Sequence[int] = (),
+        turns: TenantTurns | None = None,
     ) -> list[ClaimedRow]:
         if not shards:
             return []
-        name = "outbox_claim_batch" if policy == "block_key" else "outbox_claim_batch_skip"
+        name = CLAIM_QUERIES[policy, turns is not None]
         params = {"limit": limit, "in_flight": self._codec.ids(in_flight)}
+        if turns is not None:
+            params.update(self._turns(turns, limit))
         rows = await self._plan(name, self._claim(name, list(shards), params), write=False)
         return list(map(_claimed_row, rows))
+
+    def _turns(self, turns: TenantTurns, limit: int) -> dict[str, Any]:
+        cap = limit if turns.max_rows is None else min(turns.max_rows, limit)
+        return {
+            "per_tenant": cap,
+            "weight_tenants": self._codec.array(list(turns.weights)),
+            "weights": self._codec.array(list(turns.weights.values())),
+        }
 
     async def backlog(self, shard_count: int) -> Backlog:
         rows = await self._run(
             Statement("outbox_backlog", {"shard_count": shard_count}), control=True
         )
         return Backlog.from_row(rows[0])
+
+    async def backlog_by_tenant(self, top: int) -> list[TenantBacklog]:
+        rows = await self._run(Statement("outbox_backlog_by_tenant", {"top": top}), control=True)
+        return [TenantBacklog.from_row(r) for r in rows]
 
     async def lease_list(self) -> list[Lease]:
         return [Lease.from_row(r) for r in await self._run(Statement("lease_list"), control=True)]

@@ -8,7 +8,7 @@ RelayError subclasses (StoreUnavailable, LeaseLost); the SQL is in outbox_core/s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
 from outbox_core.database_url import Dialect
@@ -29,6 +29,17 @@ class ClaimedRow(NamedTuple):
     headers_json: str
     attempts: int
     created_at: float  # epoch seconds, for commit-to-ack latency
+
+
+@dataclass(frozen=True)
+class TenantTurns:
+    """A fair claim (fair_tenants): each shard's batch takes turns between the tenants with
+    rows in the shard, the untenanted rows being one tenant of their own. A tenant of
+    weight w gets w rows a turn (1 unless named in weights); max_rows caps one tenant's
+    rows in one shard's batch."""
+
+    weights: Mapping[str, int] = field(default_factory=dict)
+    max_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,22 @@ class Backlog:
 
 
 @dataclass(frozen=True)
+class TenantBacklog:
+    """Pending rows of one tenant (None: the untenanted rows), or of every tenant past the
+    top ones together (other)."""
+
+    tenant: str | None
+    other: bool
+    pending: int
+    oldest_pending_age_s: float
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> TenantBacklog:
+        tenant, other, pending, oldest = row
+        return cls(tenant, bool(other), int(pending), float(oldest or 0.0))
+
+
+@dataclass(frozen=True)
 class AppliedMigration:
     version: int
     name: str
@@ -92,11 +119,17 @@ class Store(Protocol):
     async def max_pending_shard(self) -> int: ...
 
     async def claim(
-        self, shards: Sequence[int], limit: int, policy: Policy, in_flight: Sequence[int] = ()
+        self,
+        shards: Sequence[int],
+        limit: int,
+        policy: Policy,
+        in_flight: Sequence[int] = (),
+        turns: TenantTurns | None = None,
     ) -> list[ClaimedRow]:
         """The next rows of each shard (at most limit per shard, each shard's in id order),
         in one step for all of them, leaving out the rows in_flight (sent, not settled
-        yet); an idle relay's claim is its probe."""
+        yet); an idle relay's claim is its probe. With turns, which rows of a shard make
+        its batch is decided by turns between its tenants (still returned in id order)."""
         ...
 
     async def settle(
@@ -132,4 +165,9 @@ class Store(Protocol):
 
     async def backlog(self, shard_count: int) -> Backlog:
         """Pending and parked counts and the oldest pending age, cheap enough to poll."""
+        ...
+
+    async def backlog_by_tenant(self, top: int) -> list[TenantBacklog]:
+        """Pending rows and oldest pending age of the top tenants by pending rows, and of
+        the rest together: a bounded set, for gauges."""
         ...

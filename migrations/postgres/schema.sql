@@ -24,11 +24,14 @@ CREATE TABLE outbox_events (
     last_error text,
     status text NOT NULL DEFAULT 'pending',
     published_at timestamptz,
+    -- NULL: no tenant (0002_tenant.sql).
+    tenant text,
     CONSTRAINT outbox_events_event_id_key UNIQUE (event_id),
     CONSTRAINT outbox_events_status_check CHECK (status IN ('pending', 'parked')),
     CONSTRAINT outbox_events_topic_check CHECK (topic <> ''),
     CONSTRAINT outbox_events_key_check CHECK (key <> ''),
-    CONSTRAINT outbox_events_shard_check CHECK (shard >= 0)
+    CONSTRAINT outbox_events_shard_check CHECK (shard >= 0),
+    CONSTRAINT outbox_events_tenant_check CHECK (tenant <> '')
 );
 
 -- Claims only ever look at unpublished rows of one shard in id order; keeping
@@ -44,6 +47,10 @@ CREATE INDEX outbox_events_published_idx ON outbox_events (published_at)
 -- made on an empty table rescan the whole shard per candidate).
 CREATE INDEX outbox_events_blocking_idx ON outbox_events (shard, key, id)
     WHERE published_at IS NULL AND (status = 'parked' OR attempts > 0);
+-- Fair claims: a shard's tenants (a skip scan, one probe each) and each tenant's rows in
+-- id order, the untenanted ones under ''.
+CREATE INDEX outbox_events_tenant_idx ON outbox_events (shard, (coalesce(tenant, '')), id)
+    WHERE published_at IS NULL;
 
 CREATE TABLE outbox_idempotency (
     scope text NOT NULL,

@@ -22,7 +22,8 @@ CREATE TABLE outbox_events (
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
     status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'parked')),
-    published_at TEXT
+    published_at TEXT,
+    tenant TEXT CHECK (tenant <> '')
 );
 
 CREATE INDEX outbox_events_unpublished_idx ON outbox_events (shard, id)
@@ -31,6 +32,8 @@ CREATE INDEX outbox_events_published_idx ON outbox_events (published_at)
     WHERE published_at IS NOT NULL;
 CREATE INDEX outbox_events_blocking_idx ON outbox_events (shard, key, id)
     WHERE published_at IS NULL AND (status = 'parked' OR attempts > 0);
+CREATE INDEX outbox_events_tenant_idx ON outbox_events (shard, coalesce(tenant, ''), id)
+    WHERE published_at IS NULL;
 
 CREATE TABLE outbox_idempotency (
     scope TEXT NOT NULL,

@@ -29,15 +29,31 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-def claim_plan(url: str, options: str, in_flight: list[int]) -> list[dict[str, Any]]:
+def claim_plan(
+    url: str,
+    options: str,
+    in_flight: list[int],
+    name: str = "outbox_claim_batch",
+    **extra: Any,
+) -> list[dict[str, Any]]:
     with psycopg.connect(url, autocommit=True, options=options) as conn:
         (doc,) = conn.execute(
             # EXPLAIN of the relay's own statement, not a copy of it.
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + query("postgres", "outbox_claim_batch"),
-            {"shards": list(range(16)), "limit": 500, "in_flight": in_flight},
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + query("postgres", name),
+            {"shards": list(range(16)), "limit": 500, "in_flight": in_flight, **extra},
         ).fetchone() or (None,)
     parsed = doc if isinstance(doc, list) else json.loads(doc)
     return plan_nodes(parsed[0]["Plan"])
+
+
+def index_scans(nodes: list[dict[str, Any]]) -> set[str]:
+    return {
+        n["Index Name"]
+        for n in nodes
+        if n["Node Type"] in ("Index Scan", "Index Only Scan")
+        and n.get("Relation Name") == "outbox_events"
+        and "Index Name" in n
+    }
 
 
 def test_the_claim_walks_the_unpublished_index_whatever_the_statistics(pg_url: str) -> None:
@@ -51,13 +67,7 @@ def test_the_claim_walks_the_unpublished_index_whatever_the_statistics(pg_url: s
     # The previous cycle's rows, acked and being settled: the claim walks past them.
     in_flight = list(range(below, below + 16 * 500))
     nodes = claim_plan(backend.target, WORK_SERVER_OPTIONS, in_flight)
-    scans = {
-        n["Index Name"]
-        for n in nodes
-        if n["Node Type"] in ("Index Scan", "Index Only Scan")
-        and n.get("Relation Name") == "outbox_events"
-        and "Index Name" in n
-    }
+    scans = index_scans(nodes)
     assert "outbox_events_unpublished_idx" in scans, nodes
     assert "outbox_events_pkey" not in scans, nodes
     # One short walk per shard: past its in-flight rows (about 500), never over the
@@ -65,3 +75,38 @@ def test_the_claim_walks_the_unpublished_index_whatever_the_statistics(pg_url: s
     assert all(n.get("Rows Removed by Filter", 0) < 1000 for n in nodes), nodes
     (top,) = [n for n in nodes if n["Node Type"] == "Nested Loop"][:1]
     assert top["Actual Rows"] == 16 * 500
+
+
+@pytest.mark.parametrize("name", ["outbox_claim_batch_fair", "outbox_claim_batch_fair_skip"])
+def test_the_fair_claim_walks_the_tenant_index(pg_url: str, name: str) -> None:
+    """fair_tenants: a shard's tenants are found by skipping through
+    outbox_events_tenant_idx (one probe per tenant) and each tenant's rows are walked in
+    id order through it, past the in-flight and published rows, with the same stale
+    statistics as above; the chosen rows are then read by id. Never a walk of the primary
+    key, never a sequential scan."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    backend.execute("outbox_fill_tenants", {"rows": ROWS})
+    backend.execute("outbox_analyze")
+    below = backend.fetch("outbox_id_quantile", {"q": 0.5})[0][0]
+    backend.execute("outbox_mark_published_below", {"below": below})
+
+    in_flight = list(range(below, below + 16 * 500))
+    turns = {"per_tenant": 500, "weight_tenants": ["B"], "weights": [2]}
+    nodes = claim_plan(backend.target, WORK_SERVER_OPTIONS, in_flight, name, **turns)
+    assert "outbox_events_tenant_idx" in index_scans(nodes), nodes
+    # The primary key only reads the chosen rows, once, by their ids; it is never walked.
+    by_key = [n for n in nodes if n.get("Index Name") == "outbox_events_pkey"]
+    assert [(n["Actual Loops"], n["Actual Rows"]) for n in by_key] == [(1, 16 * 500)], nodes
+    assert "ANY" in by_key[0]["Index Cond"], nodes
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
+    assert all(n.get("Rows Removed by Filter", 0) < 1000 for n in nodes), nodes
+    walks = [
+        n
+        for n in nodes
+        if n.get("Index Name") == "outbox_events_tenant_idx" and "Limit" not in n["Node Type"]
+    ]
+    # The skip scan: a handful of probes per shard (A, B, no tenant, the end), not a walk
+    # over A's rows.
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in walks) < 16 * (500 + 2 * 4) + 64
+    assert nodes[0]["Actual Rows"] == 16 * 500

@@ -136,6 +136,41 @@ def test_batch_keeps_caller_order(orders: Backend, kind: str) -> None:
     assert [r[3] for r in rows] == [e.key for e in events]
 
 
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_tenant_is_stored_with_each_event(orders: Backend, kind: str) -> None:
+    """emit and emit_batch store the tenant in its own column (NULL without one); the
+    single insert, the locked one and the batch insert alike."""
+    with sync_tx(orders, kind) as conn:
+        Outbox().emit(conn, **_emit_kwargs(tenant="acme"))
+        Outbox(per_key_lock=False).emit(conn, **_emit_kwargs(key="order-2", tenant="globex"))
+        Outbox().emit(conn, **_emit_kwargs(key="order-3"))
+        Outbox().emit_batch(
+            conn,
+            [
+                Event("orders", "k1", "E", {}, tenant="acme"),
+                Event("orders", "k2", "E", {}),
+                Event("orders", "k3", "E", {}, tenant="t" * 255),
+            ],
+        )
+    assert [(k, t) for _, k, t in orders.fetch("outbox_row_tenants")] == [
+        ("order-1", "acme"),
+        ("order-2", "globex"),
+        ("order-3", None),
+        ("k1", "acme"),
+        ("k2", None),
+        ("k3", "t" * 255),
+    ]
+
+
+@pytest.mark.parametrize("kind", ASYNC_KINDS)
+async def test_async_emit_stores_the_tenant(orders: Backend, kind: str) -> None:
+    _skip_unsupported(orders, kind)
+    async with async_tx(orders, kind) as conn:
+        await Outbox().emit_async(conn, **_emit_kwargs(tenant="acme"))
+        await Outbox().emit_batch_async(conn, [Event("orders", "k1", "E", {}, tenant="b")])
+    assert [t for _, _, t in orders.fetch("outbox_row_tenants")] == ["acme", "b"]
+
+
 async def test_async_batch_keeps_caller_order(orders: Backend) -> None:
     events = [Event("orders", f"k{i % 5}", "OrderPlaced", {"i": i}) for i in range(40)]
     async with async_tx(orders, "sa_async_session") as conn:
@@ -159,6 +194,10 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], type[InvalidEvent]]] = [
     ("naive-deliver-after", {"deliver_after": dt.datetime(2030, 1, 1)}, InvalidEvent),
     ("negative-delay", {"deliver_after": dt.timedelta(seconds=-1)}, InvalidEvent),
     ("empty-idempotency-key", {"idempotency_key": ""}, InvalidEvent),
+    ("empty-tenant", {"tenant": ""}, InvalidEvent),
+    ("blank-tenant", {"tenant": "  "}, InvalidEvent),
+    ("long-tenant", {"tenant": "t" * 256}, InvalidEvent),
+    ("tenant-not-str", {"tenant": 7}, InvalidEvent),
 ]
 
 

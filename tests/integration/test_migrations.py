@@ -20,6 +20,8 @@ from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
 
+ALL = [(1, "initial"), (2, "tenant")]
+
 
 def catalog(backend: Backend) -> dict[str, Any]:
     if backend.dialect == "postgres":
@@ -65,7 +67,22 @@ def test_second_run_applies_nothing(empty_backend: Backend) -> None:
     second = migrate(empty_backend.url)
     assert first.applied == [m.version for m in available(empty_backend.dialect)]
     assert second.applied == []
-    assert empty_backend.fetch("migrations_applied") == [(1, "initial")]
+    assert empty_backend.fetch("migrations_applied") == ALL
+
+
+def test_an_outbox_at_0001_upgrades_with_its_pending_rows(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0002 adds the tenant to a table that already holds events: they keep no tenant."""
+    backend = postgres_backend(pg_url)
+    first = available("postgres")[:1]
+    monkeypatch.setattr("outbox_core.migrate.available", lambda dialect: first)
+    assert migrate(backend.url).applied == [1]
+    backend.execute("outbox_fill", {"rows": 50})
+    monkeypatch.undo()
+    assert migrate(backend.url).applied == [2]
+    assert {t for _, _, t in backend.fetch("outbox_row_tenants")} == {None}
+    assert backend.fetch("migrations_applied") == ALL
 
 
 def test_concurrent_migrators_apply_once(empty_backend: Backend) -> None:
@@ -82,7 +99,7 @@ def test_concurrent_migrators_apply_once(empty_backend: Backend) -> None:
     assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
     applied_lines = [out for out, _ in outputs if "applied: 0001" in out]
     assert len(applied_lines) == 1, outputs
-    assert empty_backend.fetch("migrations_applied") == [(1, "initial")]
+    assert empty_backend.fetch("migrations_applied") == ALL
 
 
 def test_unknown_migration_is_refused(backend: Backend) -> None:

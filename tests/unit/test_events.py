@@ -16,6 +16,7 @@ from outbox_core.sharding import lock_key, shard_for
 from producer_lib import (
     ConfigurationError,
     Event,
+    InvalidEvent,
     InvalidHeader,
     Outbox,
     PayloadTooLarge,
@@ -128,3 +129,21 @@ def test_sharding_is_stable_and_in_range() -> None:
 def test_bad_settings(settings: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError):
         Outbox(**settings)  # type: ignore[arg-type]
+
+
+def test_tenant_is_optional_validated_and_part_of_the_idempotent_body() -> None:
+    outbox = Outbox()
+    assert outbox.prepare(Event("orders", "1", "E", {})).tenant is None
+    assert outbox.prepare(Event("orders", "1", "E", {}, tenant="acme")).tenant == "acme"
+    for bad in ("", " ", "t" * 256, 3):
+        with pytest.raises(InvalidEvent) as info:
+            outbox.prepare(Event("orders", "1", "E", {}, tenant=bad))  # type: ignore[arg-type]
+        assert info.value.field == "tenant"
+    keyed = [
+        outbox.prepare(Event("orders", "1", "E", {}, idempotency_key="k", tenant=t))
+        for t in (None, "acme", "globex", None)
+    ]
+    hashes = [row.body_hash for row in keyed]
+    # Another tenant is another body; no tenant hashes as before tenants existed.
+    assert len(set(hashes)) == 3
+    assert hashes[0] == hashes[3]

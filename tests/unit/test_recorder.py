@@ -72,3 +72,12 @@ async def test_async_methods() -> None:
     await outbox.emit_async(None, topic="t", key="k", event_type="E", payload={})
     await outbox.emit_batch_async(None, [Event("t", "k", "E", {})])
     assert len(outbox.events) == 2
+
+
+def test_records_the_tenant() -> None:
+    outbox = RecordingOutbox()
+    outbox.emit(None, topic="orders", key="1", event_type="E", payload={}, tenant="acme")
+    outbox.emit(None, topic="orders", key="2", event_type="E", payload={})
+    assert [e.tenant for e in outbox.events] == ["acme", None]
+    with pytest.raises(InvalidEvent):
+        outbox.emit(None, topic="orders", key="3", event_type="E", payload={}, tenant="")

@@ -2,10 +2,12 @@
 
 -- name: outbox_insert
 -- One event, with neither per-key lock nor notify hint (the cheapest form).
-INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at)
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at,
+                           tenant)
 VALUES (%(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s,
         %(headers)s::jsonb,
-        COALESCE(%(available_at)s::timestamptz, now() + %(delay_s)s * interval '1 second'));
+        COALESCE(%(available_at)s::timestamptz, now() + %(delay_s)s * interval '1 second'),
+        %(tenant)s);
 
 -- name: outbox_insert_locked
 -- One event. lock_key NULL skips the per-key lock: pg_advisory_xact_lock is strict, so
@@ -13,10 +15,12 @@ VALUES (%(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s
 -- before the row's identity value is drawn, so ids of one key follow commit order.
 -- notify_channel NULL sends no hint; otherwise Postgres folds the identical
 -- (channel, shard) notifications of one transaction into one, delivered at commit.
-INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at)
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at,
+                           tenant)
 SELECT %(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s,
        %(headers)s::jsonb,
-       COALESCE(%(available_at)s::timestamptz, now() + %(delay_s)s * interval '1 second')
+       COALESCE(%(available_at)s::timestamptz, now() + %(delay_s)s * interval '1 second'),
+       %(tenant)s
 FROM (
     SELECT pg_advisory_xact_lock(%(lock_ns)s::int, %(lock_key)s::int),
            (SELECT count(pg_notify(ch, %(shard)s::text))
@@ -27,9 +31,10 @@ FROM (
 -- Many events in one round trip. Locks are taken first, in sorted order so that two
 -- batches never deadlock; ORDER BY ord makes identity values follow the caller's order
 -- (volatile target-list expressions are evaluated after the sort).
-INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at)
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at,
+                           tenant)
 SELECT e.event_id, e.topic, e.key, e.shard, e.event_type, e.payload, e.headers::jsonb,
-       COALESCE(e.available_at, now() + e.delay_s * interval '1 second')
+       COALESCE(e.available_at, now() + e.delay_s * interval '1 second'), e.tenant
 FROM (
     SELECT count(pg_advisory_xact_lock(%(lock_ns)s::int, k)) AS locked
     FROM (SELECT DISTINCT unnest(%(lock_keys)s::int[]) AS k ORDER BY 1) AS keys
@@ -43,9 +48,9 @@ FROM (
 unnest(
     %(event_ids)s::uuid[], %(topics)s::text[], %(keys)s::text[], %(shards)s::smallint[],
     %(event_types)s::text[], %(payloads)s::bytea[], %(headers)s::text[],
-    %(available_ats)s::timestamptz[], %(delays_s)s::float8[]
+    %(available_ats)s::timestamptz[], %(delays_s)s::float8[], %(tenants)s::text[]
 ) WITH ORDINALITY AS e(event_id, topic, key, shard, event_type, payload, headers,
-                       available_at, delay_s, ord)
+                       available_at, delay_s, tenant, ord)
 ORDER BY e.ord;
 
 -- name: outbox_count_unpublished
@@ -100,6 +105,129 @@ CROSS JOIN LATERAL (
     ORDER BY e.id
     LIMIT %(limit)s
 ) AS c;
+
+-- name: outbox_claim_batch_fair
+-- fair_tenants: the rows outbox_claim_batch would claim (block_key policy, in_flight left
+-- out), but which of a shard's rows make its batch is decided by turns between the
+-- shard's tenants instead of id order, so a tenant's backlog cannot fill every batch while
+-- others wait.
+-- tenants: a skip scan of outbox_events_tenant_idx, one probe per tenant with unpublished
+-- rows in the shard (the untenanted rows are the tenant ''; NULL ends a shard's walk).
+-- It walks backwards, landing on each tenant's newest row: the oldest entries of a
+-- draining tenant are the rows just published, not yet vacuumed away, which a forward
+-- probe would step over on every claim (the candidates' walk does once, anyway).
+-- candidates: each tenant's claimable ids, walked in id order through the same index, at
+-- most per_tenant (min(tenant_max_rows, limit)) of them; its k-th (from 1) is in turn
+-- (k - 1) / weight. chosen: the shard's first `limit` ids by (turn, id). Only ids are
+-- ranked, then the chosen rows are read by primary key: ranking whole rows sorted their
+-- payloads too, which spilled to disk past work_mem. Returned in id order; a key belongs
+-- to one tenant, so this is the order of its rows in its tenant's turns too.
+WITH RECURSIVE tenants(shard, tenant) AS (
+    SELECT s.shard, (
+        SELECT coalesce(e.tenant, '') FROM outbox_events e
+        WHERE e.shard = s.shard AND e.published_at IS NULL
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+        LIMIT 1)
+    FROM unnest(%(shards)s::smallint[]) AS s(shard)
+    UNION ALL
+    SELECT t.shard, (
+        SELECT coalesce(e.tenant, '') FROM outbox_events e
+        WHERE e.shard = t.shard AND e.published_at IS NULL
+          AND coalesce(e.tenant, '') < t.tenant
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+        LIMIT 1)
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL
+),
+candidates AS (
+    SELECT t.shard, x.id, (x.k - 1) / coalesce(w.weight, 1) AS turn
+    FROM tenants t
+    LEFT JOIN unnest(%(weight_tenants)s::text[], %(weights)s::int[]) AS w(tenant, weight)
+      ON w.tenant = t.tenant
+    CROSS JOIN LATERAL unnest(ARRAY(
+        SELECT e.id
+        FROM outbox_events e
+        WHERE e.shard = t.shard
+          AND coalesce(e.tenant, '') = t.tenant
+          AND e.published_at IS NULL
+          AND e.status = 'pending'
+          AND e.available_at <= now()
+          AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
+          AND NOT EXISTS (
+              SELECT 1 FROM outbox_events b
+              WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+                AND b.published_at IS NULL
+                AND (b.status = 'parked' OR b.attempts > 0)
+                AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
+          )
+        ORDER BY e.id
+        LIMIT %(per_tenant)s
+    )) WITH ORDINALITY AS x(id, k)
+    WHERE t.tenant IS NOT NULL
+),
+chosen AS (
+    SELECT r.id FROM (
+        SELECT c.id, row_number() OVER (PARTITION BY c.shard ORDER BY c.turn, c.id) AS place
+        FROM candidates c
+    ) AS r
+    WHERE r.place <= %(limit)s
+)
+SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+FROM outbox_events e
+WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
+ORDER BY e.id;
+
+-- name: outbox_claim_batch_fair_skip
+-- outbox_claim_batch_fair under the skip policy: failed and parked rows hold nothing back.
+WITH RECURSIVE tenants(shard, tenant) AS (
+    SELECT s.shard, (
+        SELECT coalesce(e.tenant, '') FROM outbox_events e
+        WHERE e.shard = s.shard AND e.published_at IS NULL
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+        LIMIT 1)
+    FROM unnest(%(shards)s::smallint[]) AS s(shard)
+    UNION ALL
+    SELECT t.shard, (
+        SELECT coalesce(e.tenant, '') FROM outbox_events e
+        WHERE e.shard = t.shard AND e.published_at IS NULL
+          AND coalesce(e.tenant, '') < t.tenant
+        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+        LIMIT 1)
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL
+),
+candidates AS (
+    SELECT t.shard, x.id, (x.k - 1) / coalesce(w.weight, 1) AS turn
+    FROM tenants t
+    LEFT JOIN unnest(%(weight_tenants)s::text[], %(weights)s::int[]) AS w(tenant, weight)
+      ON w.tenant = t.tenant
+    CROSS JOIN LATERAL unnest(ARRAY(
+        SELECT e.id
+        FROM outbox_events e
+        WHERE e.shard = t.shard
+          AND coalesce(e.tenant, '') = t.tenant
+          AND e.published_at IS NULL
+          AND e.status = 'pending'
+          AND e.available_at <= now()
+          AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
+        ORDER BY e.id
+        LIMIT %(per_tenant)s
+    )) WITH ORDINALITY AS x(id, k)
+    WHERE t.tenant IS NOT NULL
+),
+chosen AS (
+    SELECT r.id FROM (
+        SELECT c.id, row_number() OVER (PARTITION BY c.shard ORDER BY c.turn, c.id) AS place
+        FROM candidates c
+    ) AS r
+    WHERE r.place <= %(limit)s
+)
+SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+FROM outbox_events e
+WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
+ORDER BY e.id;
 
 -- name: outbox_settle_delete
 -- One statement settles a cycle over many shards: acked rows are deleted, failed rows
@@ -193,6 +321,28 @@ SELECT
                  WHERE e.shard = s AND e.published_at IS NULL AND e.status = 'pending')
          FROM generate_series(0, %(shard_count)s - 1) AS s
      ));
+
+-- name: outbox_backlog_by_tenant
+-- For the per-tenant gauges: pending rows and the oldest one's age of the `top` tenants
+-- with the most pending rows (tenant NULL: the untenanted rows, other false), and the
+-- rest summed into one row (other true), so the label set stays bounded. One pass over
+-- the unpublished rows per refresh, never per scrape.
+WITH per_tenant AS (
+    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
+    FROM outbox_events
+    WHERE published_at IS NULL AND status = 'pending'
+    GROUP BY tenant
+),
+ranked AS (
+    SELECT tenant, pending, oldest,
+           row_number() OVER (ORDER BY pending DESC, tenant NULLS FIRST) > %(top)s AS other
+    FROM per_tenant
+)
+SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending)::bigint,
+       extract(epoch FROM now() - min(oldest))::float8
+FROM ranked
+GROUP BY 1, 2
+ORDER BY 2, 3 DESC;
 
 -- name: outbox_parked_list
 -- Operator view of parked rows; every filter is optional (NULL = any).

@@ -2,10 +2,12 @@
 -- a time, so ids already follow commit order: no per-key lock is needed.
 
 -- name: outbox_insert
-INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at)
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at,
+                           tenant)
 VALUES (:event_id, :topic, :key, :shard, :event_type, :payload, :headers,
         COALESCE(:available_at,
-                 strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :delay_s || ' seconds')));
+                 strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :delay_s || ' seconds')),
+        :tenant);
 
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
@@ -46,6 +48,104 @@ WHERE e.shard = :shard
   AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
 ORDER BY e.id
 LIMIT :limit;
+
+-- name: outbox_claim_batch_fair
+-- See the Postgres twin for the turns. Run once per shard, like outbox_claim_batch; each
+-- tenant's ids are picked by a correlated id list (SQLite has no LATERAL) walking
+-- outbox_events_tenant_idx; only ids are ranked, then the chosen rows are read.
+WITH RECURSIVE tenants(tenant) AS (
+    SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
+            WHERE e.shard = :shard AND e.published_at IS NULL
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+            LIMIT 1)
+    UNION ALL
+    SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
+            WHERE e.shard = :shard AND e.published_at IS NULL
+              AND coalesce(e.tenant, '') < t.tenant
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+            LIMIT 1)
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL
+),
+weights(tenant, weight) AS (
+    SELECT n.value, w.value
+    FROM json_each(:weight_tenants) AS n JOIN json_each(:weights) AS w USING (key)
+),
+candidates AS (
+    SELECT c.id,
+           (row_number() OVER (PARTITION BY t.tenant ORDER BY c.id) - 1)
+               / coalesce(w.weight, 1) AS turn
+    FROM tenants t
+    LEFT JOIN weights w ON w.tenant = t.tenant
+    JOIN outbox_events c ON c.id IN (
+        SELECT x.id FROM outbox_events x
+        WHERE x.shard = :shard
+          AND coalesce(x.tenant, '') = t.tenant
+          AND x.published_at IS NULL
+          AND x.status = 'pending'
+          AND x.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+          AND x.id NOT IN (SELECT value FROM json_each(:in_flight))
+          AND NOT EXISTS (
+              SELECT 1 FROM outbox_events b
+              WHERE b.shard = x.shard AND b.key = x.key AND b.id < x.id
+                AND b.published_at IS NULL
+                AND (b.status = 'parked' OR b.attempts > 0)
+                AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
+          )
+        ORDER BY x.id
+        LIMIT :per_tenant
+    )
+    WHERE t.tenant IS NOT NULL
+)
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+FROM outbox_events e
+WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
+ORDER BY e.id;
+
+-- name: outbox_claim_batch_fair_skip
+WITH RECURSIVE tenants(tenant) AS (
+    SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
+            WHERE e.shard = :shard AND e.published_at IS NULL
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+            LIMIT 1)
+    UNION ALL
+    SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
+            WHERE e.shard = :shard AND e.published_at IS NULL
+              AND coalesce(e.tenant, '') < t.tenant
+            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+            LIMIT 1)
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL
+),
+weights(tenant, weight) AS (
+    SELECT n.value, w.value
+    FROM json_each(:weight_tenants) AS n JOIN json_each(:weights) AS w USING (key)
+),
+candidates AS (
+    SELECT c.id,
+           (row_number() OVER (PARTITION BY t.tenant ORDER BY c.id) - 1)
+               / coalesce(w.weight, 1) AS turn
+    FROM tenants t
+    LEFT JOIN weights w ON w.tenant = t.tenant
+    JOIN outbox_events c ON c.id IN (
+        SELECT x.id FROM outbox_events x
+        WHERE x.shard = :shard
+          AND coalesce(x.tenant, '') = t.tenant
+          AND x.published_at IS NULL
+          AND x.status = 'pending'
+          AND x.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+          AND x.id NOT IN (SELECT value FROM json_each(:in_flight))
+        ORDER BY x.id
+        LIMIT :per_tenant
+    )
+    WHERE t.tenant IS NOT NULL
+)
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+FROM outbox_events e
+WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
+ORDER BY e.id;
 
 -- name: outbox_delete_published
 -- The settle, in steps inside database_begin_immediate after lease_check of each shard
@@ -101,6 +201,25 @@ SELECT
     coalesce((SELECT (julianday('now') - julianday(min(created_at))) * 86400.0
               FROM outbox_events WHERE published_at IS NULL AND status = 'pending'), 0)
     + 0 * :shard_count;
+
+-- name: outbox_backlog_by_tenant
+-- See the Postgres twin.
+WITH per_tenant AS (
+    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
+    FROM outbox_events
+    WHERE published_at IS NULL AND status = 'pending'
+    GROUP BY tenant
+),
+ranked AS (
+    SELECT tenant, pending, oldest,
+           row_number() OVER (ORDER BY pending DESC, tenant NULLS FIRST) > :top AS other
+    FROM per_tenant
+)
+SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending),
+       (julianday('now') - julianday(min(oldest))) * 86400.0
+FROM ranked
+GROUP BY 1, 2
+ORDER BY 2, 3 DESC;
 
 -- name: outbox_parked_list
 SELECT id, event_id, topic, key, event_type, attempts, last_error,

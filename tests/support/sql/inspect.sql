@@ -41,3 +41,6 @@ SELECT idempotency_key FROM outbox_idempotency ORDER BY idempotency_key;
 SELECT id, event_id, key, shard, payload, headers, attempts, status, last_error,
        available_at, published_at
 FROM outbox_events ORDER BY id;
+
+-- name: outbox_row_tenants
+SELECT id, key, tenant FROM outbox_events ORDER BY id;

@@ -74,5 +74,17 @@ SELECT gen_random_uuid(), 'fill', 'k' || mod(n, 1000), mod(n, 16), 'Filled',
        convert_to(repeat('x', 300), 'UTF8'), '{}'::jsonb
 FROM generate_series(1, %(rows)s) AS n;
 
+-- name: outbox_fill_tenants
+-- As outbox_fill, all of tenant A; then, on keys of their own, a few rows of tenant B and
+-- a few of no tenant in every shard.
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, tenant)
+SELECT gen_random_uuid(), 'fill', 'k' || mod(n, 1000), mod(n, 16), 'Filled',
+       convert_to(repeat('x', 300), 'UTF8'), '{}'::jsonb, 'A'
+FROM generate_series(1, %(rows)s) AS n
+UNION ALL
+SELECT gen_random_uuid(), 'fill', 'late-' || n, mod(n, 16), 'Filled',
+       convert_to(repeat('x', 300), 'UTF8'), '{}'::jsonb, CASE WHEN n < 32 THEN 'B' END
+FROM generate_series(0, 63) AS n;
+
 -- name: outbox_id_quantile
 SELECT percentile_disc(%(q)s) WITHIN GROUP (ORDER BY id) FROM outbox_events;

@@ -1,0 +1,203 @@
+"""Fair claims (issue 16) against every backend: each shard's batch takes turns between
+its tenants (weighted, capped), per-key order holds, and the claim's other rules (block_key,
+in_flight, delays, shards) are those of the plain claim. Same fixtures as
+test_store_conformance.py: a fresh Postgres database or SQLite file per test."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+
+import pytest
+
+from relay.store import ClaimedRow, Failure, Policy, Store, TenantTurns
+from tests.support.db import Backend
+from tests.support.stores import emit, event, ids_of, keys_on_shard
+
+pytestmark = pytest.mark.integration
+
+SHARD = 3
+OTHER = 5
+OWNER = "relay-1"
+POLICIES: tuple[Policy, ...] = ("block_key", "skip")
+FAIR = TenantTurns()
+
+
+async def lease(store: Store, shard: int = SHARD) -> int:
+    token = await store.lease_acquire(shard, OWNER, 30)
+    assert token is not None
+    return token
+
+
+def in_id_order_per_key(rows: list[ClaimedRow]) -> bool:
+    """Within a claim, each key's rows in id order (what the publisher relies on)."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        by_key[row.key].append(row.id)
+    return all(ids == sorted(ids) for ids in by_key.values())
+
+
+def ids_in(rows: list[ClaimedRow]) -> list[int]:
+    """The claim's ids, each shard's in id order as in any claim."""
+    assert in_id_order_per_shard(rows)
+    return sorted(ids_of(rows))
+
+
+def in_id_order_per_shard(rows: list[ClaimedRow]) -> bool:
+    by_shard: dict[int, list[int]] = defaultdict(list)
+    for row in rows:
+        by_shard[row.shard].append(row.id)
+    return all(ids == sorted(ids) for ids in by_shard.values())
+
+
+async def test_a_fair_claim_takes_turns_between_tenants(backend: Backend, store: Store) -> None:
+    """A's backlog was committed first; B's rows and the untenanted ones after it. The plain
+    claim gives A's oldest rows; the fair one gives every tenant its turn (the untenanted
+    rows are a tenant of their own), the oldest row first within a turn."""
+    a, b, n = keys_on_shard(SHARD, 3)
+    flood = emit(backend, *(event(a, tenant="A") for _ in range(6)))
+    mine = emit(backend, event(b, tenant="B"), event(b, tenant="B"))
+    plain = emit(backend, event(n), event(n))
+    for policy in POLICIES:
+        assert ids_of(await store.claim([SHARD], 6, policy)) == flood
+        fair = await store.claim([SHARD], 6, policy, turns=FAIR)
+        # Two whole turns, returned in id order.
+        assert ids_of(fair) == sorted(flood[:2] + mine + plain)
+        # A turn cut short goes to its oldest rows.
+        cut = await store.claim([SHARD], 4, policy, turns=FAIR)
+        assert ids_of(cut) == sorted([flood[0], mine[0], plain[0], flood[1]])
+        # Room for everything: nothing is left out, and the tenants' rows are all there.
+        everything = await store.claim([SHARD], 100, policy, turns=FAIR)
+        assert ids_in(everything) == flood + mine + plain
+
+
+async def test_weights_give_rows_per_turn_and_the_cap_bounds_a_tenant(
+    backend: Backend, store: Store
+) -> None:
+    a, b, c = keys_on_shard(SHARD, 3)
+    flood = emit(backend, *(event(a, tenant="A") for _ in range(8)))
+    bees = emit(backend, *(event(b, tenant="B") for _ in range(4)))
+    cees = emit(backend, *(event(c, tenant="C") for _ in range(4)))
+    weighted = TenantTurns(weights={"A": 3, "Z": 5})
+    for policy in POLICIES:
+        # Turn 0: three of A, one of B, one of C; then turn 1 begins with its oldest rows.
+        rows = await store.claim([SHARD], 5, policy, turns=weighted)
+        assert ids_in(rows) == sorted(flood[:3] + bees[:1] + cees[:1])
+        rows = await store.claim([SHARD], 10, policy, turns=weighted)
+        assert ids_in(rows) == sorted(flood[:6] + bees[:2] + cees[:2])
+        # The cap: at most two rows of any tenant, whatever the batch's room.
+        capped = await store.claim([SHARD], 100, policy, turns=TenantTurns(max_rows=2))
+        assert ids_in(capped) == sorted(flood[:2] + bees[:2] + cees[:2])
+        both = TenantTurns(weights={"A": 3}, max_rows=3)
+        rows = await store.claim([SHARD], 100, policy, turns=both)
+        assert ids_in(rows) == sorted(flood[:3] + bees[:3] + cees[:3])
+        # A cap above the batch size is the batch size.
+        rows = await store.claim([SHARD], 2, policy, turns=TenantTurns(max_rows=50))
+        assert ids_in(rows) == [flood[0], bees[0]]
+
+
+async def test_per_key_order_holds_while_tenants_interleave(backend: Backend, store: Store) -> None:
+    """Drain a shard with small weighted, capped fair claims, settling each: every row goes
+    out once, each claim in id order, and each key's rows in id order over the drain."""
+    keys = keys_on_shard(SHARD, 6)
+    owner = {keys[0]: "A", keys[1]: "A", keys[2]: "A", keys[3]: "B", keys[4]: "B", keys[5]: None}
+    written: list[int] = []
+    for round_ in range(5):
+        batch = [event(k, tenant=owner[k]) for k in keys[:3] for _ in range(4)]
+        if round_ % 2:
+            batch += [event(k, tenant=owner[k]) for k in keys[3:]]
+        written += emit(backend, *batch)
+    key_of = {int(r[0]): str(r[3]) for r in backend.fetch("outbox_rows")}
+    token = await lease(store)
+    turns = TenantTurns(weights={"B": 2}, max_rows=4)
+    published: list[int] = []
+    first: list[ClaimedRow] | None = None
+    while rows := await store.claim([SHARD], 5, "block_key", turns=turns):
+        first = first or rows
+        assert in_id_order_per_key(rows)
+        published += ids_of(rows)
+        await store.settle(OWNER, {SHARD: token}, ids_of(rows), [], keep=False)
+    assert sorted(published) == sorted(written)
+    for key in keys:
+        sequence = [i for i in published if key_of[i] == key]
+        assert sequence == sorted(sequence), key
+    # A's 36 rows came first, yet the first claim already served B and the untenanted key.
+    assert first is not None
+    assert {owner[row.key] for row in first} == {"A", "B", None}
+
+
+async def test_a_fair_claim_keeps_the_plain_claim_s_rules(backend: Backend, store: Store) -> None:
+    """Shards, delays, block_key (a failed row holds its key back, under its tenant's turns)
+    and in_flight: as the plain claim. Without tenants, the same rows in the same order."""
+    a, b, c = keys_on_shard(SHARD, 3)
+    (x,) = keys_on_shard(OTHER, 1)
+    ids = emit(
+        backend,
+        event(a, tenant="A"),
+        event(b, tenant="A"),
+        event(x, tenant="B"),
+        event(a, tenant="A"),
+        event(c, tenant="B", deliver_after=dt.timedelta(hours=1)),
+        event(c, tenant="B"),
+        event(x, tenant="B"),
+        event(b, tenant="A"),
+    )
+    a1, b1, x1, a2, _c_later, c1, x2, b2 = ids
+    both = [SHARD, OTHER]
+    for policy in POLICIES:
+        plain = await store.claim(both, 100, policy)
+        fair = await store.claim(both, 100, policy, turns=FAIR)
+        assert ids_in(fair) == sorted(ids_of(plain)) == sorted([a1, b1, x1, a2, c1, x2, b2])
+        assert in_id_order_per_key(fair)
+        assert await store.claim([OTHER + 1], 100, policy, turns=FAIR) == []
+        assert await store.claim([], 100, policy, turns=FAIR) == []
+        # in_flight rows (the previous cycle's, being settled) are left out.
+        rows = await store.claim(both, 100, policy, [a1, x1], turns=FAIR)
+        assert ids_in(rows) == sorted([b1, a2, c1, x2, b2])
+    token = await lease(store)
+    await store.settle(OWNER, {SHARD: token}, [], [Failure(a1, "poison", 0.0, True)], False)
+    assert ids_in(await store.claim([SHARD], 100, "block_key", turns=FAIR)) == [b1, c1, b2]
+    assert ids_in(await store.claim([SHARD], 100, "skip", turns=FAIR)) == [b1, a2, c1, b2]
+    # Held back rows take no turn: the tenant's next claimable row does.
+    rows = await store.claim([SHARD], 2, "block_key", turns=TenantTurns(max_rows=1))
+    assert ids_in(rows) == [b1, c1]
+
+
+async def test_without_tenants_the_fair_claim_is_the_plain_one(
+    backend: Backend, store: Store
+) -> None:
+    keys = keys_on_shard(SHARD, 4) + keys_on_shard(OTHER, 2)
+    emit(backend, *(event(k) for k in keys * 3))
+    for policy in POLICIES:
+        for limit in (1, 4, 7, 100):
+            plain = await store.claim([SHARD, OTHER], limit, policy)
+            fair = await store.claim([SHARD, OTHER], limit, policy, turns=FAIR)
+            assert sorted(fair) == sorted(plain)
+            assert in_id_order_per_shard(fair)
+
+
+async def test_backlog_by_tenant_names_the_top_tenants_and_sums_the_rest(
+    backend: Backend, store: Store
+) -> None:
+    (k,) = keys_on_shard(SHARD, 1)
+    emit(backend, *(event(k, tenant="A") for _ in range(5)))
+    emit(backend, *(event(k, tenant="B") for _ in range(3)))
+    emit(backend, *(event(k) for _ in range(4)))
+    emit(backend, event(k, tenant="C"), event(k, tenant="D"))
+    (everyone,) = await store.backlog_by_tenant(0)
+    assert (everyone.tenant, everyone.other, everyone.pending) == (None, True, 14)
+    top = await store.backlog_by_tenant(2)
+    assert [(t.tenant, t.other, t.pending) for t in top] == [
+        ("A", False, 5),
+        (None, False, 4),
+        (None, True, 5),
+    ]
+    assert all(0.0 <= t.oldest_pending_age_s < 60 for t in top)
+    every = await store.backlog_by_tenant(10)
+    assert [(t.tenant, t.other, t.pending) for t in every] == [
+        ("A", False, 5),
+        (None, False, 4),
+        ("B", False, 3),
+        ("C", False, 1),
+        ("D", False, 1),
+    ]
