@@ -3,7 +3,7 @@ backlog's records from memory, without the database.
 
 Untimed first: the rows are claimed from the loaded outbox with the relay's store, cycle
 by cycle as the relay's cycle claims them (every shard in one statement, batch_size rows
-per shard), deleted as they are read, and turned into records by relay.records.to_record.
+per shard), deleted as they are read, and turned into records by relay.records.to_records.
 Then timed: each cycle's records are handed to KafkaPublisher.enqueue_batch and all their
 acks awaited before the next cycle's records go, one cycle after another as in the relay.
 Records the publisher holds back (a key that would span two record batches) go with the
@@ -31,7 +31,7 @@ from relay.config import RelaySettings, load_settings
 from relay.database import make_store
 from relay.errors import PublishFailed
 from relay.publisher import HELD, KafkaPublisher, OutgoingRecord
-from relay.records import to_record
+from relay.records import to_records
 
 OWNER = "bench-kafka-ceiling"
 
@@ -46,7 +46,7 @@ async def read_cycles(settings: RelaySettings) -> list[list[OutgoingRecord]]:
         batch = settings.batch
         while rows := await store.claim(list(tokens), batch.batch_size, batch.failure_policy):
             topic_of = {t: settings.topics.kafka_topic(t) for t in {row.topic for row in rows}}
-            cycles.append([to_record(row, topic_of[row.topic]) for row in rows])
+            cycles.append(to_records(rows, topic_of, settings.kafka.max_request_size)[0])
             await store.settle(OWNER, tokens, [row.id for row in rows], [], False)
         await release_all(store, OWNER, tokens)
     finally:

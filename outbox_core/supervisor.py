@@ -42,8 +42,7 @@ class Wake(asyncio.Event):
     def set(self) -> None:
         super().set()
         for sleeper in self._sleepers:
-            if not sleeper.done():
-                sleeper.set_result(None)
+            _end(sleeper)
 
 
 def _end(sleeper: asyncio.Future[None]) -> None:

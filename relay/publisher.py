@@ -198,13 +198,7 @@ class KafkaPublisher:
                 continue  # HELD: its key's earlier records are in a batch of their own
             # A builder takes any first record, however large; only a first record needs
             # its size checked (a later one that does not fit starts the next batch).
-            if (
-                members
-                and builder.append(
-                    timestamp=None, key=record.key, value=record.value, headers=record.headers
-                )
-                is None
-            ):  # full: submit it
+            if members and _append(builder, record) is None:  # full: submit it
                 failed = await self._submit(producer, builder, topic, partition, members, results)
                 if failed is not None:
                     # Nothing later of this partition may overtake the refused batch.

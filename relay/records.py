@@ -50,7 +50,3 @@ def to_records(
             oversized[i] = size
         append(_record((topic_of[row.topic], key, value, [(EVENT_ID, event_id), *static])))
     return records, oversized
-
-
-def to_record(row: ClaimedRow, topic: str) -> OutgoingRecord:
-    return to_records([row], {row.topic: topic}, 0)[0][0]
