@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 Color = tuple[int, int, int]
@@ -161,6 +161,45 @@ def _nice_log_bounds(values: Sequence[float]) -> tuple[float, float]:
     return low, high
 
 
+Area = tuple[int, int, int, int]  # left, top, width, height of the plotting area
+
+
+def _log_ms_axis(
+    canvas: Canvas, area: Area, y_lo: float, y_hi: float, minor_ticks: bool
+) -> Callable[[float], float]:
+    """Draw the log-scale latency axis's decade lines and labels (and the ticks between
+    them); returns the y pixel of a value in ms, clamped to the axis."""
+    left, top, plot_w, plot_h = area
+
+    def py(y: float) -> float:
+        y = min(max(y, y_lo), y_hi)
+        frac = (math.log10(y) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
+        return top + plot_h * (1 - frac)
+
+    decade = y_lo
+    while decade <= y_hi * 1.0001:
+        y = round(py(decade))
+        canvas.line(left, y, left + plot_w, y, GREY)
+        label = f"{decade:g}"
+        canvas.text(left - 12 - Canvas.text_width(label), y - 7, label)
+        if minor_ticks:
+            for k in range(2, 10):
+                minor = decade * k
+                if minor < y_hi:
+                    canvas.line(left - 4, round(py(minor)), left, round(py(minor)), DARK)
+        decade *= 10
+    return py
+
+
+def _frame(canvas: Canvas, area: Area, xlabel: str) -> None:
+    """The two axes, the x axis's label and the latency axis's unit."""
+    left, top, plot_w, plot_h = area
+    canvas.line(left, top, left, top + plot_h, BLACK, 2)
+    canvas.line(left, top + plot_h, left + plot_w, top + plot_h, BLACK, 2)
+    canvas.text(left + (plot_w - Canvas.text_width(xlabel)) // 2, top + plot_h + 34, xlabel)
+    canvas.text(8, top - 26, "MS (LOG)")
+
+
 def latency_plot(
     path: Path,
     rows: Sequence[tuple[str, float, float, float]],
@@ -180,33 +219,14 @@ def latency_plot(
     def px(x: float) -> float:
         return left + plot_w * x / x_max
 
-    def py(y: float) -> float:
-        y = min(max(y, y_lo), y_hi)
-        frac = (math.log10(y) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
-        return top + plot_h * (1 - frac)
-
     canvas.text((width - Canvas.text_width(title)) // 2, 18, title)
-    decade = y_lo
-    while decade <= y_hi * 1.0001:
-        y = round(py(decade))
-        canvas.line(left, y, left + plot_w, y, GREY)
-        label = f"{decade:g}"
-        canvas.text(left - 12 - Canvas.text_width(label), y - 7, label)
-        for k in range(2, 10):
-            minor = decade * k
-            if minor < y_hi:
-                canvas.line(left - 4, round(py(minor)), left, round(py(minor)), DARK)
-        decade *= 10
+    py = _log_ms_axis(canvas, (left, top, plot_w, plot_h), y_lo, y_hi, minor_ticks=True)
     for x in offered:
         xp = round(px(x))
         canvas.line(xp, top, xp, top + plot_h, GREY)
         label = f"{x:,.0f}"
         canvas.text(xp - Canvas.text_width(label) // 2, top + plot_h + 10, label)
-    canvas.line(left, top, left, top + plot_h, BLACK, 2)
-    canvas.line(left, top + plot_h, left + plot_w, top + plot_h, BLACK, 2)
-    xlabel = "OFFERED LOAD (EVENTS/S)"
-    canvas.text(left + (plot_w - Canvas.text_width(xlabel)) // 2, top + plot_h + 34, xlabel)
-    canvas.text(8, top - 26, "MS (LOG)")
+    _frame(canvas, (left, top, plot_w, plot_h), "OFFERED LOAD (EVENTS/S)")
     if target_ms is not None:
         y = round(py(target_ms))
         canvas.line(left, y, left + plot_w, y, RED, 1, dash=6)
@@ -269,19 +289,8 @@ def timeline_plot(
     def px(x: float) -> float:
         return left + plot_w * min(max(x, 0.0), x_max) / x_max
 
-    def py(y: float) -> float:
-        y = min(max(y, y_lo), y_hi)
-        frac = (math.log10(y) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo))
-        return top + plot_h * (1 - frac)
-
     canvas.text((width - Canvas.text_width(title)) // 2, 18, title)
-    decade = y_lo
-    while decade <= y_hi * 1.0001:
-        y = round(py(decade))
-        canvas.line(left, y, left + plot_w, y, GREY)
-        label = f"{decade:g}"
-        canvas.text(left - 12 - Canvas.text_width(label), y - 7, label)
-        decade *= 10
+    py = _log_ms_axis(canvas, (left, top, plot_w, plot_h), y_lo, y_hi, minor_ticks=False)
     step = 10 ** math.floor(math.log10(x_max)) if x_max >= 1 else 0.1
     if x_max / step < 4:
         step /= 2
@@ -292,10 +301,7 @@ def timeline_plot(
         label = f"{tick:g}"
         canvas.text(xp - Canvas.text_width(label) // 2, top + plot_h + 10, label)
         tick += step
-    canvas.line(left, top, left, top + plot_h, BLACK, 2)
-    canvas.line(left, top + plot_h, left + plot_w, top + plot_h, BLACK, 2)
-    canvas.text(left + (plot_w - Canvas.text_width(xlabel)) // 2, top + plot_h + 34, xlabel)
-    canvas.text(8, top - 26, "MS (LOG)")
+    _frame(canvas, (left, top, plot_w, plot_h), xlabel)
     if reference is not None:
         note, value = reference
         y = round(py(value))
