@@ -73,7 +73,7 @@ def claimed(count: int, first_id: int, keys: int, rng: random.Random) -> list[Cl
     return [
         ClaimedRow(
             first_id + i, i % 16, str(uuid.uuid4()), "orders",
-            f"customer-{rng.randrange(keys):04d}", "OrderPlaced", payload, "{}", 0, now,
+            f"customer-{rng.randrange(keys):04d}", "OrderPlaced", payload, "{}", 0, now, None,
         )
         for i in range(count)
     ]  # fmt: skip

@@ -79,6 +79,7 @@ class BatchRules:
     max_request_size: int  # the producer's: a larger record is refused before sending
     keep: bool  # retention=keep: mark published rows instead of deleting them
     turns: TenantTurns | None = None  # fair_tenants: claims take turns between tenants
+    bulk_rows: int | None = None  # with turns: a tenant's backlog drains in a lane of its own
 
     @property
     def shard_full_at(self) -> int:
@@ -180,6 +181,9 @@ async def send_batch(
     errors: dict[int, PublishFailed] = {}
     limit = rules.max_request_size
     topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
+    # Lanes share one event loop: a bulk lane's large claim gives the quick lane a turn
+    # between its decode and its records, and (publisher) between partitions.
+    await asyncio.sleep(0)
     records, oversized = to_records(rows, topic_of, limit)
     sending: list[ClaimedRow] = rows
     if oversized or (block and failed_keys):  # rare: most claims send every row

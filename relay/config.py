@@ -141,6 +141,7 @@ class RelaySettings(BaseSettings):
             max_request_size=self.kafka.max_request_size,
             keep=self.purge.keep,
             turns=self.tenants.turns(),
+            bulk_rows=self.tenants.bulk_rows(),
         )
 
 

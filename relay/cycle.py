@@ -13,6 +13,10 @@ once nothing was found for probe_idle_after_s (wakeup.py); a NOTIFY hint wakes i
 Rows held back behind a failing row of their key are not claimed at all (the claim's
 NOT EXISTS), so nothing spins on them.
 
+The loop is a `Lane`. With fair turns and tenant_bulk_rows, the cycle runs two lanes over
+the same shards, each with its own tenants (lanes.py): a tenant's backlog drains in the
+bulk lane while the quick lane keeps the other tenants' events moving.
+
 Leases come and go between cycles (leases.py calls start, drop, hand_over); a cycle
 settles with the tokens it claimed with, fenced per shard in the database.
 """
@@ -24,10 +28,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from outbox_core.supervisor import Supervisor, Wake
 from relay.batch import BatchOutcome, BatchRules, Sent, send_batch, settle_batch
 from relay.errors import KafkaUnavailable, PublishFailed, RelayError, StoreUnavailable
+from relay.lanes import LaneName, TenantLanes
 from relay.observer import RelayObserver
 from relay.producer_keeper import ProducerKeeper, retriable
 from relay.store import Store
@@ -36,7 +42,29 @@ from relay.wakeup import ProbeSettings
 log = logging.getLogger("relay.cycle")
 
 
+@dataclass
+class Shards:
+    """The leases the lanes claim for (shard -> token), and those being handed over."""
+
+    claimed: dict[int, int] = field(default_factory=dict)
+    leaving: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LaneParts:
+    """What every lane of a cycle shares."""
+
+    pacing: ProbeSettings
+    store: Store
+    producer: ProducerKeeper
+    observer: RelayObserver
+    supervisor: Supervisor
+    on_batch: Callable[[BatchOutcome], None] | None
+
+
 class Cycle:
+    """The shards this replica holds, and the lanes that claim, send and settle for them."""
+
     def __init__(
         self,
         pacing: ProbeSettings,
@@ -47,55 +75,58 @@ class Cycle:
         observer: RelayObserver,
         supervisor: Supervisor,
         on_batch: Callable[[BatchOutcome], None] | None = None,
+        bulk_producer: ProducerKeeper | None = None,
     ) -> None:
-        self.pacing = pacing
         self.rules = rules
         self._store = store
-        self._producer = producer
-        self._observer = observer
-        self._sup = supervisor
-        self._on_batch = on_batch
-        self._shards: dict[int, int] = {}  # shard -> token: claimed for
-        self._leaving: dict[int, int] = {}  # handed over once what was sent is settled
-        self._wake = Wake()
-        # The batch sent and being settled, with its number; sends are numbered as they
-        # begin, and _done is the highest number whose outcome is final.
-        self._settling: tuple[int, Sent, asyncio.Task[BatchOutcome]] | None = None
-        self._begun = 0
-        self._done = 0
-        self._progress = asyncio.Condition()
+        self._shards = Shards()
+        parts = LaneParts(pacing, store, producer, observer, supervisor, on_batch)
+        turns = rules.turns
+        if turns is None or rules.bulk_rows is None:
+            self.lanes = [Lane("cycle", rules, self._shards, parts)]
+            return
+        tenants = TenantLanes(turns, rules.bulk_rows, rules.batch.batch_size)
+        # A producer of its own for the bulk lane: one producer keeps one request in
+        # flight per broker, so the quick lane's records would queue behind megabytes of
+        # the bulk lane's.
+        bulk_parts = replace(parts, producer=bulk_producer or producer)
+        self.lanes = [
+            Lane("cycle-quick", rules, self._shards, parts, tenants, "quick"),
+            Lane("cycle-bulk", rules, self._shards, bulk_parts, tenants, "bulk"),
+        ]
 
     @property
     def held(self) -> dict[int, int]:
         """Every lease this replica holds, shards being handed over included."""
-        return {**self._shards, **self._leaving}
+        return {**self._shards.claimed, **self._shards.leaving}
 
     def start(self, shard: int, token: int) -> None:
-        self._shards[shard] = token
-        self._wake.set()
+        self._shards.claimed[shard] = token
+        self.wake()
 
     def drop(self, shard: int) -> None:
         """The lease is gone: claim no more for it (a settle in flight is fenced)."""
-        self._shards.pop(shard, None)
-        self._leaving.pop(shard, None)
+        self._shards.claimed.pop(shard, None)
+        self._shards.leaving.pop(shard, None)
 
     async def hand_over(self, shard: int) -> None:
         """Rebalance: claim no more for the shard, let what was sent for it be settled,
         then release the lease for its new owner."""
-        token = self._shards.pop(shard, None)
+        token = self._shards.claimed.pop(shard, None)
         if token is None:
             return
-        self._leaving[shard] = token
-        await self._until_done(self._begun)
-        if self._leaving.pop(shard, None) == token:
+        self._shards.leaving[shard] = token
+        await self._all_done()
+        if self._shards.leaving.pop(shard, None) == token:
             with contextlib.suppress(RelayError):
                 await self._store.lease_release(shard, self.rules.owner, token)
             log.info("lease released for rebalance", extra={"shard": shard})
 
     def wake(self, shard: int | None = None) -> None:
         """A hint that rows are waiting (on shard, or on any): start the next cycle now."""
-        if shard is None or shard in self._shards:
-            self._wake.set()
+        if shard is None or shard in self._shards.claimed:
+            for lane in self.lanes:
+                lane.wake()
 
     async def drain(self, grace_s: float) -> dict[int, int]:
         """Shutdown (stopping is set, so no cycle starts): let what was sent be settled
@@ -103,14 +134,60 @@ class Cycle:
         republished later, never lost."""
         held = self.held
         try:
-            await asyncio.wait_for(self._until_done(self._begun), grace_s)
+            await asyncio.wait_for(self._all_done(), grace_s)
         except TimeoutError:
             log.warning("grace period over; abandoned the cycle in flight")
-            if self._settling is not None:
-                self._settling[2].cancel()
-        self._shards.clear()
-        self._leaving.clear()
+            for lane in self.lanes:
+                lane.abandon()
+        self._shards.claimed.clear()
+        self._shards.leaving.clear()
         return held
+
+    async def _all_done(self) -> None:
+        """Every batch begun by now, in every lane, settled."""
+        await asyncio.gather(*(lane.until_done(lane.begun) for lane in self.lanes))
+
+
+class Lane:
+    """One loop of claim, send and settle over the cycle's shards, for its tenants."""
+
+    def __init__(
+        self,
+        name: str,
+        rules: BatchRules,
+        shards: Shards,
+        parts: LaneParts,
+        tenants: TenantLanes | None = None,
+        lane: LaneName = "quick",
+    ) -> None:
+        self.name = name  # the supervised task's
+        self.rules = rules
+        self._shards = shards
+        self.pacing = parts.pacing
+        self._store = parts.store
+        self._producer = parts.producer
+        self._observer = parts.observer
+        self._sup = parts.supervisor
+        self._on_batch = parts.on_batch
+        self._tenants = tenants
+        self._lane = lane
+        self._wake = Wake()
+        if tenants is not None:
+            tenants.on_wake(lane, self._wake.set)
+        # The batch sent and being settled, with its number; sends are numbered as they
+        # begin, and _done is the highest number whose outcome is final.
+        self._settling: tuple[int, Sent, asyncio.Task[BatchOutcome]] | None = None
+        self.begun = 0
+        self._done = 0
+        self._progress = asyncio.Condition()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def abandon(self) -> None:
+        """Shutdown past its grace period: stop waiting for the settle in flight."""
+        if self._settling is not None:
+            self._settling[2].cancel()
 
     # ------------------------------------------------------------------ one cycle
 
@@ -123,15 +200,24 @@ class Cycle:
         assert outcome is not None
         return outcome
 
+    def _rules(self) -> BatchRules | None:
+        """This claim's rules: the lane's tenants, when the cycle has lanes; None when the
+        lane has none to claim for."""
+        if self._tenants is None:
+            return self.rules
+        turns = self._tenants.turns(self._lane)
+        return None if turns is None else replace(self.rules, turns=turns)
+
     async def _send(self) -> Sent | None:
         """Claim and send while the previous batch settles; then wait for that settle and
         start this batch's. None when nothing was due."""
-        tokens = dict(self._shards)
-        if not tokens:
+        tokens = dict(self._shards.claimed)
+        rules = self._rules()
+        if not tokens or rules is None:
             await self._settled()
             return None
-        self._begun += 1
-        number = self._begun
+        self.begun += 1
+        number = self.begun
         generation = self._producer.generation
         previous = self._settling[1] if self._settling is not None else None
         try:
@@ -139,11 +225,13 @@ class Cycle:
                 tokens,
                 store=self._store,
                 publisher=self._producer.publisher,
-                rules=self.rules,
+                rules=rules,
                 after=previous,
             )
         finally:
             await self._settled()
+        if self._tenants is not None:
+            self._tenants.claimed(self._lane, number, sent.rows if sent is not None else [])
         if sent is None:
             self._record(BatchOutcome(0))
             await self._mark_done(number)
@@ -174,8 +262,8 @@ class Cycle:
         for shard in outcome.lost:
             self._observer.lease_lost()
             log.warning("fenced write refused: lease lost", extra={"shard": shard})
-            if self._shards.get(shard) == sent.tokens[shard]:
-                del self._shards[shard]
+            if self._shards.claimed.get(shard) == sent.tokens[shard]:
+                del self._shards.claimed[shard]
         if outcome.parked:
             log.warning("rows parked", extra={"count": outcome.parked})
         self._record(outcome)
@@ -191,8 +279,10 @@ class Cycle:
         async with self._progress:
             self._done = max(self._done, number)
             self._progress.notify_all()
+        if self._tenants is not None:
+            self._tenants.settled(self._lane, self._done)
 
-    async def _until_done(self, number: int) -> None:
+    async def until_done(self, number: int) -> None:
         async with self._progress:
             await self._progress.wait_for(lambda: self._done >= number)
 
@@ -213,8 +303,8 @@ class Cycle:
             self._observer.store_error()
             raise
         finally:
-            if self._begun > self._done and self._settling is None:
-                await self._mark_done(self._begun)  # a send that failed is over too
+            if self.begun > self._done and self._settling is None:
+                await self._mark_done(self.begun)  # a send that failed is over too
 
     async def run(self) -> None:
         pacing = self.pacing

@@ -64,13 +64,14 @@ class DatabaseSettings(SettingsGroup):
         return DatabaseUrl.parse(self.database_url.get_secret_value())
 
 
-def make_store(settings: DatabaseSettings) -> SqlStore:
+def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
+    """lanes: the cycle's loops (cycle.py); each gets the work connections of one."""
     db = settings.url
     if db.dialect == "postgres":
         return SqlStore(
             PostgresPool(
                 db.url,
-                max_size=WORK_CONNECTIONS,
+                max_size=WORK_CONNECTIONS * lanes,
                 checkout_timeout_s=WORK_CHECKOUT_S,
                 open_wait_s=OPEN_WAIT_S,
                 server_options=WORK_SERVER_OPTIONS,

@@ -177,6 +177,7 @@ class KafkaPublisher:
                 group.append((i, record))
         for (topic, partition), items in groups.items():
             await self._enqueue_partition(producer, topic, partition, sizes[topic], items, results)
+            await asyncio.sleep(0)
         return results
 
     async def _enqueue_partition(

@@ -3,7 +3,8 @@
 Loops (each in its own module, with its settings and a run_once):
 - `leases` (leases.py): heartbeat, renew, rebalance; adds and removes the cycle's shards.
 - `cycle` (cycle.py): claims for every held shard at once, publishes, settles
-  (publish_batch in batch.py), paced by wakeup.py.
+  (publish_batch in batch.py), paced by wakeup.py; with fair turns, `cycle-quick` and
+  `cycle-bulk`, two lanes over the same shards (lanes.py).
 - `purge` (purge.py): retention of published rows and old idempotency keys.
 - `gauges` (gauges.py): the backlog gauges, so a scrape never queries the database.
 - `notify` (notify.py): optional LISTEN connection on Postgres for wake-up hints.
@@ -52,7 +53,9 @@ class RelayService:
     ) -> None:
         self.settings = settings
         s = settings
-        self.store = store or make_store(s.database)
+        rules = s.batch_rules()
+        lanes = rules.turns is not None and rules.bulk_rows is not None
+        self.store = store or make_store(s.database, lanes=2 if lanes else 1)
         self.supervisor = Supervisor(log)
         self.observer = RelayObserver()
         self.producer = ProducerKeeper(
@@ -60,14 +63,21 @@ class RelayService:
             supervisor=self.supervisor,
             observer=self.observer,
         )
+        # Lanes (fair turns): the bulk lane sends through a producer of its own.
+        self.bulk_producer = (
+            ProducerKeeper(make_publisher(s), supervisor=self.supervisor, observer=self.observer)
+            if publisher is None and lanes
+            else None
+        )
         self.cycle = Cycle(
             s.probe,
-            s.batch_rules(),
+            rules,
             store=self.store,
             producer=self.producer,
             observer=self.observer,
             supervisor=self.supervisor,
             on_batch=on_batch,
+            bulk_producer=self.bulk_producer,
         )
         store, sup = self.store, self.supervisor
         self.leases = LeaseKeeper(
@@ -87,6 +97,10 @@ class RelayService:
     @property
     def stats(self) -> RelayStats:
         return self.observer.stats
+
+    @property
+    def _producers(self) -> list[ProducerKeeper]:
+        return [self.producer, *filter(None, [self.bulk_producer])]
 
     @property
     def publisher(self) -> Publisher:
@@ -116,7 +130,8 @@ class RelayService:
             # The backlog gauges matter most while Kafka is away, start-up included.
             sup.spawn("gauges", self.gauges.run)
             with contextlib.suppress(KafkaUnavailable, PublishFailed, StoreUnavailable):
-                await self.producer.start()  # raises only once stopping
+                for keeper in self._producers:
+                    await keeper.start()  # raises only once stopping
             if sup.stopping.is_set():
                 return
             log.info(
@@ -128,7 +143,8 @@ class RelayService:
                 },
             )
             sup.spawn("leases", self.leases.run)
-            sup.spawn("cycle", self.cycle.run)
+            for lane in self.cycle.lanes:
+                sup.spawn(lane.name, lane.run)
             sup.spawn("purge", self.purger.run)
             if s.notify.listen_notify and self.store.dialect == "postgres":
                 url = s.database.url.url
@@ -178,7 +194,8 @@ class RelayService:
                 await self.store.lease_release(shard, owner, token)
         with contextlib.suppress(RelayError):
             await self.store.replica_remove(owner)
-        await self.producer.stop()
+        for keeper in self._producers:
+            await keeper.stop()
         await self.store.close()
         if self.ops is not None:
             await self.ops.stop()

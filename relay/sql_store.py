@@ -212,6 +212,8 @@ class SqlStore:
             "per_tenant": cap,
             "weight_tenants": self._codec.array(list(turns.weights)),
             "weights": self._codec.array(list(turns.weights.values())),
+            "only": self._codec.array(None if turns.only is None else sorted(turns.only)),
+            "skip": self._codec.array(sorted(turns.skip)),
         }
 
     async def backlog(self, shard_count: int) -> Backlog:

@@ -29,6 +29,7 @@ class ClaimedRow(NamedTuple):
     headers_json: str
     attempts: int
     created_at: float  # epoch seconds, for commit-to-ack latency
+    tenant: str | None  # emit(..., tenant=); None for an untenanted row
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class TenantTurns:
 
     weights: Mapping[str, int] = field(default_factory=dict)
     max_rows: int | None = None
+    # The lane's share of the tenants (lanes.py), '' naming the untenanted rows: only
+    # these (None: any), never those in skip.
+    only: frozenset[str] | None = None
+    skip: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

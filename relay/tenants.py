@@ -46,6 +46,15 @@ class TenantSettings(SettingsGroup):
         "batch per cycle (none: up to batch_size).",
     )
 
+    tenant_bulk_rows: int = Field(
+        default=100,
+        ge=0,
+        description="With fair_tenants: a tenant found with this many rows due in one shard "
+        "(or tenant_max_rows, when lower) drains in a lane of its own, whose batches run "
+        "beside the other tenants' instead of in front of them; it rejoins the others once "
+        "its backlog is gone. 0: one lane for every tenant.",
+    )
+
     @field_validator("tenant_weights", mode="before")
     @classmethod
     def _pairs(cls, value: Any) -> Any:
@@ -62,6 +71,10 @@ class TenantSettings(SettingsGroup):
                 )
             weights[name.strip()] = weight.strip()
         return weights
+
+    def bulk_rows(self) -> int | None:
+        """The backlog that moves a tenant to the bulk lane (lanes.py); None: one lane."""
+        return self.tenant_bulk_rows if self.fair_tenants and self.tenant_bulk_rows else None
 
     def turns(self) -> TenantTurns | None:
         """What the cycle's claims ask the store for: None keeps the plain claim."""

@@ -77,6 +77,9 @@ def test_the_claim_walks_the_unpublished_index_whatever_the_statistics(pg_url: s
     assert top["Actual Rows"] == 16 * 500
 
 
+EVERY_TENANT: dict[str, Any] = {"only": None, "skip": []}
+
+
 @pytest.mark.parametrize("name", ["outbox_claim_batch_fair", "outbox_claim_batch_fair_skip"])
 def test_the_fair_claim_walks_the_tenant_index(pg_url: str, name: str) -> None:
     """fair_tenants: a shard's tenants are found by skipping through
@@ -92,7 +95,7 @@ def test_the_fair_claim_walks_the_tenant_index(pg_url: str, name: str) -> None:
     backend.execute("outbox_mark_published_below", {"below": below})
 
     in_flight = list(range(below, below + 16 * 500))
-    turns = {"per_tenant": 500, "weight_tenants": ["B"], "weights": [2]}
+    turns = {"per_tenant": 500, "weight_tenants": ["B"], "weights": [2], **EVERY_TENANT}
     nodes = claim_plan(backend.target, WORK_SERVER_OPTIONS, in_flight, name, **turns)
     assert "outbox_events_tenant_idx" in index_scans(nodes), nodes
     # The primary key only reads the chosen rows, once, by their ids; it is never walked.
@@ -110,3 +113,30 @@ def test_the_fair_claim_walks_the_tenant_index(pg_url: str, name: str) -> None:
     # over A's rows.
     assert sum(n["Actual Rows"] * n["Actual Loops"] for n in walks) < 16 * (500 + 2 * 4) + 64
     assert nodes[0]["Actual Rows"] == 16 * 500
+
+
+@pytest.mark.parametrize(
+    ("lane", "rows"), [({"only": None, "skip": ["A"]}, 4), ({"only": ["A"], "skip": []}, 500)]
+)
+def test_a_lane_s_claim_never_walks_the_other_lane_s_tenants(
+    pg_url: str, lane: dict[str, Any], rows: int
+) -> None:
+    """Lanes (relay/lanes.py): the quick lane skips the bulk tenant A and the bulk lane
+    takes only A. The skipped tenant's rows are never walked (the quick lane's claim
+    costs the few rows it returns, however large A's backlog), the chosen ones are read
+    by id, and the same index serves both."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    backend.execute("outbox_fill_tenants", {"rows": ROWS})
+    backend.execute("outbox_analyze")
+    turns = {"per_tenant": 500, "weight_tenants": [], "weights": [], **lane}
+    nodes = claim_plan(backend.target, WORK_SERVER_OPTIONS, [], "outbox_claim_batch_fair", **turns)
+    assert "outbox_events_tenant_idx" in index_scans(nodes), nodes
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
+    walks = [
+        n
+        for n in nodes
+        if n.get("Index Name") == "outbox_events_tenant_idx" and "Limit" not in n["Node Type"]
+    ]
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in walks) < 16 * (rows + 2 * 4) + 64
+    assert nodes[0]["Actual Rows"] == 16 * rows

@@ -96,6 +96,29 @@ async def test_weights_give_rows_per_turn_and_the_cap_bounds_a_tenant(
         assert ids_in(rows) == [flood[0], bees[0]]
 
 
+async def test_a_lane_claims_only_its_own_tenants(backend: Backend, store: Store) -> None:
+    """Lanes (relay/lanes.py): `only` takes the named tenants, `skip` leaves tenants out;
+    '' names the untenanted rows in both. Each claim also returns each row's tenant."""
+    a, b, n = keys_on_shard(SHARD, 3)
+    flood = emit(backend, *(event(a, tenant="A") for _ in range(4)))
+    mine = emit(backend, event(b, tenant="B"))
+    plain = emit(backend, event(n))
+    bulk = TenantTurns(only=frozenset({"A"}))
+    quick = TenantTurns(skip=frozenset({"A"}))
+    for policy in POLICIES:
+        rows = await store.claim([SHARD], 10, policy, turns=bulk)
+        assert (ids_in(rows), {r.tenant for r in rows}) == (flood, {"A"})
+        rows = await store.claim([SHARD], 10, policy, turns=quick)
+        assert (ids_in(rows), [r.tenant for r in rows]) == (mine + plain, ["B", None])
+        rows = await store.claim([SHARD], 10, policy, turns=TenantTurns(only=frozenset({""})))
+        assert ids_in(rows) == plain
+        rows = await store.claim([SHARD], 10, policy, turns=TenantTurns(skip=frozenset({"", "B"})))
+        assert ids_in(rows) == flood
+        assert await store.claim([SHARD], 10, policy, turns=TenantTurns(only=frozenset())) == []
+        plain_claim = await store.claim([SHARD], 10, policy)
+        assert [r.tenant for r in plain_claim] == ["A"] * 4 + ["B", None]
+
+
 async def test_per_key_order_holds_while_tenants_interleave(backend: Backend, store: Store) -> None:
     """Drain a shard with small weighted, capped fair claims, settling each: every row goes
     out once, each claim in id order, and each key's rows in id order over the drain."""

@@ -69,7 +69,7 @@ SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
 CROSS JOIN LATERAL (
     SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
     FROM outbox_events e
     WHERE e.shard = s.shard
       AND e.published_at IS NULL
@@ -95,7 +95,7 @@ CROSS JOIN LATERAL (
 SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
 CROSS JOIN LATERAL (
     SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
     FROM outbox_events e
     WHERE e.shard = s.shard
       AND e.published_at IS NULL
@@ -122,6 +122,8 @@ CROSS JOIN LATERAL (
 -- ranked, then the chosen rows are read by primary key: ranking whole rows sorted their
 -- payloads too, which spilled to disk past work_mem. Returned in id order; a key belongs
 -- to one tenant, so this is the order of its rows in its tenant's turns too.
+-- only / skip: the tenants of the lane claiming (relay/lanes.py): only NULL takes every
+-- tenant but those in skip.
 WITH RECURSIVE tenants(shard, tenant) AS (
     SELECT s.shard, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
@@ -164,6 +166,8 @@ candidates AS (
         LIMIT %(per_tenant)s
     )) WITH ORDINALITY AS x(id, k)
     WHERE t.tenant IS NOT NULL
+      AND (%(only)s::text[] IS NULL OR t.tenant = ANY(%(only)s::text[]))
+      AND t.tenant <> ALL(%(skip)s::text[])
 ),
 chosen AS (
     SELECT r.id FROM (
@@ -173,7 +177,7 @@ chosen AS (
     WHERE r.place <= %(limit)s
 )
 SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
 FROM outbox_events e
 WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
 ORDER BY e.id;
@@ -215,6 +219,8 @@ candidates AS (
         LIMIT %(per_tenant)s
     )) WITH ORDINALITY AS x(id, k)
     WHERE t.tenant IS NOT NULL
+      AND (%(only)s::text[] IS NULL OR t.tenant = ANY(%(only)s::text[]))
+      AND t.tenant <> ALL(%(skip)s::text[])
 ),
 chosen AS (
     SELECT r.id FROM (
@@ -224,7 +230,7 @@ chosen AS (
     WHERE r.place <= %(limit)s
 )
 SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8
+       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
 FROM outbox_events e
 WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
 ORDER BY e.id;

@@ -17,7 +17,7 @@ SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 -- SQLite has no LATERAL: the store runs this once per shard, all in one hop to the
 -- database thread (in-process, so a statement per shard costs no round trip).
 SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
 FROM outbox_events e
 WHERE e.shard = :shard
   AND e.published_at IS NULL
@@ -39,7 +39,7 @@ LIMIT :limit;
 
 -- name: outbox_claim_batch_skip
 SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
 FROM outbox_events e
 WHERE e.shard = :shard
   AND e.published_at IS NULL
@@ -96,9 +96,11 @@ candidates AS (
         LIMIT :per_tenant
     )
     WHERE t.tenant IS NOT NULL
+      AND (:only IS NULL OR t.tenant IN (SELECT value FROM json_each(:only)))
+      AND t.tenant NOT IN (SELECT value FROM json_each(:skip))
 )
 SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
 FROM outbox_events e
 WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
 ORDER BY e.id;
@@ -140,9 +142,11 @@ candidates AS (
         LIMIT :per_tenant
     )
     WHERE t.tenant IS NOT NULL
+      AND (:only IS NULL OR t.tenant IN (SELECT value FROM json_each(:only)))
+      AND t.tenant NOT IN (SELECT value FROM json_each(:skip))
 )
 SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
 FROM outbox_events e
 WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
 ORDER BY e.id;

@@ -24,6 +24,10 @@ SELECT count(*) FROM test_orders;
 -- name: outbox_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
+-- name: outbox_unpublished_by_tenant
+SELECT coalesce(tenant, ''), count(*) FROM outbox_events
+WHERE published_at IS NULL GROUP BY 1 ORDER BY 1;
+
 -- name: outbox_unpublished_pending
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND status = 'pending';
 
