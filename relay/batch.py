@@ -82,6 +82,11 @@ class BatchRules:
     bulk_rows: int | None = None  # with turns: a tenant's backlog drains in a lane of its own
 
     @property
+    def lanes(self) -> int:
+        """The cycle's loops (cycle.py): quick and bulk with turns and bulk_rows, else one."""
+        return 2 if self.turns is not None and self.bulk_rows is not None else 1
+
+    @property
     def shard_full_at(self) -> int:
         """Rows of one shard's batch that say more are probably waiting: batch_size, or a
         tenant's cap when that is lower (a capped tenant's next rows wait for the next

@@ -54,8 +54,7 @@ class RelayService:
         self.settings = settings
         s = settings
         rules = s.batch_rules()
-        lanes = rules.turns is not None and rules.bulk_rows is not None
-        self.store = store or make_store(s.database, lanes=2 if lanes else 1)
+        self.store = store or make_store(s.database, lanes=rules.lanes)
         self.supervisor = Supervisor(log)
         self.observer = RelayObserver()
         self.producer = ProducerKeeper(
@@ -66,7 +65,7 @@ class RelayService:
         # Lanes (fair turns): the bulk lane sends through a producer of its own.
         self.bulk_producer = (
             ProducerKeeper(make_publisher(s), supervisor=self.supervisor, observer=self.observer)
-            if publisher is None and lanes
+            if publisher is None and rules.lanes > 1
             else None
         )
         self.cycle = Cycle(
