@@ -238,15 +238,18 @@ ORDER BY e.id;
 -- name: outbox_settle_delete
 -- One statement settles a cycle over many shards: acked rows are deleted, failed rows
 -- get their attempt, error and next time (or are parked). Each shard's lease row is
--- locked FOR SHARE and must still carry our token: a takeover (which updates that row)
--- either committed first, and that shard's rows are left alone, or waits for us to
--- commit. Returns (shards still held, settled, failed).
+-- locked FOR KEY SHARE and must still carry our token: a takeover (lease_acquire locks
+-- that row FOR UPDATE) either committed first, and that shard's rows are left alone, or
+-- waits for us to commit. KEY SHARE, not SHARE: lease_renew's UPDATE (FOR NO KEY UPDATE
+-- strength) goes ahead beside it. With SHARE a renewal waited for a long settle, and every
+-- other settle of those shards (the other lane's) queued behind the waiting renewal.
+-- Returns (shards still held, settled, failed).
 WITH lease AS (
     SELECT l.shard FROM outbox_relay_leases l
     JOIN unnest(%(shards)s::smallint[], %(tokens)s::bigint[]) AS t(shard, token)
       ON l.shard = t.shard AND l.token = t.token
     WHERE l.owner = %(owner)s
-    FOR SHARE OF l
+    FOR KEY SHARE OF l
 ),
 done AS (
     DELETE FROM outbox_events e
@@ -275,7 +278,7 @@ WITH lease AS (
     JOIN unnest(%(shards)s::smallint[], %(tokens)s::bigint[]) AS t(shard, token)
       ON l.shard = t.shard AND l.token = t.token
     WHERE l.owner = %(owner)s
-    FOR SHARE OF l
+    FOR KEY SHARE OF l
 ),
 done AS (
     UPDATE outbox_events e SET published_at = now()

@@ -5,8 +5,16 @@
 -- Takes a shard that is free (released) or whose lease expired; the token grows by one
 -- on every takeover, so writes of any earlier holder are refused. Returns the token, or
 -- no row when someone else holds a live lease.
+-- fence: the row locked FOR UPDATE first, the one strength that waits for a settle in
+-- progress (it holds the row FOR KEY SHARE): the new holder's first claim cannot run
+-- while the old holder is still writing that shard's rows. ON CONFLICT's own lock would
+-- not wait (owner, token and lease_until are no key columns: FOR NO KEY UPDATE).
+WITH fence AS (
+    SELECT shard FROM outbox_relay_leases WHERE shard = %(shard)s FOR UPDATE
+)
 INSERT INTO outbox_relay_leases (shard, owner, token, lease_until)
-VALUES (%(shard)s, %(owner)s, 1, now() + %(ttl_s)s * interval '1 second')
+SELECT %(shard)s, %(owner)s, 1, now() + %(ttl_s)s * interval '1 second'
+FROM (SELECT count(*) FROM fence) AS locked
 ON CONFLICT (shard) DO UPDATE
 SET owner = EXCLUDED.owner,
     token = outbox_relay_leases.token + 1,
