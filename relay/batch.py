@@ -24,6 +24,7 @@ from pydantic import Field
 from outbox_core.settings import SettingsGroup
 from relay.errors import KafkaUnavailable, PublishFailed
 from relay.kafka_errors import classify
+from relay.loop_share import pieces
 from relay.publisher import HELD, OutgoingRecord, Publisher
 from relay.records import to_records
 from relay.store import ClaimedRow, Failure, Store, TenantTurns
@@ -186,10 +187,12 @@ async def send_batch(
     errors: dict[int, PublishFailed] = {}
     limit = rules.max_request_size
     topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
-    # Lanes share one event loop: a bulk lane's large claim gives the quick lane a turn
-    # between its decode and its records, and (publisher) between partitions.
-    await asyncio.sleep(0)
-    records, oversized = to_records(rows, topic_of, limit)
+    records: list[OutgoingRecord] = []
+    oversized: dict[int, int] = {}
+    async for start, piece in pieces(rows):  # a large claim gives the other lane turns
+        built, too_large = to_records(piece, topic_of, limit)
+        records += built
+        oversized.update((start + i, size) for i, size in too_large.items())
     sending: list[ClaimedRow] = rows
     if oversized or (block and failed_keys):  # rare: most claims send every row
         screened: list[OutgoingRecord] = []

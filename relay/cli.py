@@ -128,6 +128,7 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from relay.heap import tune_collector
     from relay.service import RelayService
 
     for url in (getattr(args, "database_url", None), os.environ.get("OUTBOX_DATABASE_URL")):
@@ -147,6 +148,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, service.stop)
         await service.run()
 
+    tune_collector()  # once the modules and settings are loaded: they are frozen
     asyncio.run(main())
     return EXIT_OK
 

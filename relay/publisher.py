@@ -30,6 +30,7 @@ from outbox_core.kafka_security import KafkaSecurity
 from relay.errors import PublishFailed
 from relay.kafka_errors import SIZE_ERRORS, classify
 from relay.kafka_settings import KafkaSettings
+from relay.loop_share import PIECE
 from relay.topic_limits import TopicLimits
 
 
@@ -177,7 +178,6 @@ class KafkaPublisher:
                 group.append((i, record))
         for (topic, partition), items in groups.items():
             await self._enqueue_partition(producer, topic, partition, sizes[topic], items, results)
-            await asyncio.sleep(0)
         return results
 
     async def _enqueue_partition(
@@ -195,6 +195,8 @@ class KafkaPublisher:
         # by this call, or refused as too large.
         held: set[bytes] = set()
         for n, (i, record) in enumerate(items):
+            if n and not n % PIECE:
+                await asyncio.sleep(0)  # loop_share: the other lane's turn
             if held and record.key in held:
                 continue  # HELD: its key's earlier records are in a batch of their own
             # A builder takes any first record, however large; only a first record needs

@@ -20,6 +20,7 @@ from outbox_core.database_url import Dialect
 from outbox_core.errors import MigrationError, OutboxError
 from outbox_core.executors import AsyncPool, Plan, Rows, Statement
 from relay.errors import RelayError, StartupRefused, StoreUnavailable
+from relay.loop_share import pieces
 from relay.sqlite_lock import RelayFileLock
 from relay.store import (
     AppliedMigration,
@@ -204,7 +205,10 @@ class SqlStore:
         if turns is not None:
             params.update(self._turns(turns, limit))
         rows = await self._plan(name, self._claim(name, list(shards), params), write=False)
-        return list(map(_claimed_row, rows))
+        claimed: list[ClaimedRow] = []
+        async for _, piece in pieces(rows):  # a large claim gives the other lane turns
+            claimed += map(_claimed_row, piece)
+        return claimed
 
     def _turns(self, turns: TenantTurns, limit: int) -> dict[str, Any]:
         cap = limit if turns.max_rows is None else min(turns.max_rows, limit)
