@@ -45,11 +45,13 @@ class DatabaseUrl:
             f"database URL must start with postgresql:// (psycopg) or sqlite:///{got}"
         )
 
-    def connect(self, *, autocommit: bool = False) -> Any:
+    def connect(self, *, autocommit: bool = False, server_options: str | None = None) -> Any:
+        """server_options: Postgres only, libpq `options` (`-c name=value ...`)."""
         if self.dialect == "postgres":
             import psycopg
 
-            return psycopg.connect(self.url, autocommit=autocommit)
+            extra: dict[str, Any] = {"options": server_options} if server_options else {}
+            return psycopg.connect(self.url, autocommit=autocommit, **extra)
         Path(self.url).parent.mkdir(parents=True, exist_ok=True)
         return sqlite3.connect(
             self.url,

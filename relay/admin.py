@@ -14,6 +14,7 @@ from typing import Any
 from outbox_core.codec import codec_for
 from outbox_core.database_url import DatabaseUrl
 from outbox_core.executors import PsycopgExecutor, Rows, SqliteExecutor, Statement, translated
+from relay.database import PLANNER_OPTIONS
 from relay.store import Backlog, Lease
 
 
@@ -67,7 +68,8 @@ class _Session:
     def __init__(self, database_url: str) -> None:
         db = DatabaseUrl.parse(database_url)
         with translated():  # driver errors leave as OutboxError, like every query's
-            self.conn: Any = db.connect()
+            # The relay's own planner settings: `status` runs the gauges' backlog query.
+            self.conn: Any = db.connect(server_options=PLANNER_OPTIONS)
         self.executor = (
             PsycopgExecutor(self.conn) if db.dialect == "postgres" else SqliteExecutor(self.conn)
         )

@@ -14,8 +14,9 @@ import psycopg
 import pytest
 
 from outbox_core.queries import query
+from relay import admin
 from relay.database import CONTROL_SERVER_OPTIONS, WORK_SERVER_OPTIONS
-from tests.support.db import Backend, postgres_backend
+from tests.support.db import DIALECT_SQL, Backend, postgres_backend
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +102,17 @@ def test_the_backlog_gauge_finds_each_shard_s_oldest_row_through_the_index(pg_ur
     # The counts read the unpublished rows once (a scan); no index walk filters the
     # published ones (about 1,900 a shard) out row by row.
     assert all(n.get("Rows Removed by Filter", 0) < 1000 for n in walks), nodes
+
+
+def test_the_status_command_plans_as_the_relay_does(pg_url: str) -> None:
+    """`outbox-relay status` runs the same backlog query on a connection of its own."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    with admin._Session(backend.url) as session:
+        (row,) = session.conn.execute(
+            DIALECT_SQL["postgres"]["server_setting"], {"name": "random_page_cost"}
+        ).fetchall()
+    assert float(row[0]) == 1.1
 
 
 EVERY_TENANT: dict[str, Any] = {"only": None, "skip": []}

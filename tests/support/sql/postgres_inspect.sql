@@ -88,3 +88,6 @@ FROM generate_series(0, 63) AS n;
 
 -- name: outbox_id_quantile
 SELECT percentile_disc(%(q)s) WITHIN GROUP (ORDER BY id) FROM outbox_events;
+
+-- name: server_setting
+SELECT current_setting(%(name)s);
