@@ -13,7 +13,7 @@ import asyncio
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
@@ -88,12 +88,16 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
     return rows
 
 
-# (policy, fair): without fair_tenants the claim is the statement it always was.
-CLAIM_QUERIES: dict[tuple[Policy, bool], str] = {
-    ("block_key", False): "outbox_claim_batch",
-    ("skip", False): "outbox_claim_batch_skip",
-    ("block_key", True): "outbox_claim_batch_fair",
-    ("skip", True): "outbox_claim_batch_fair_skip",
+# (policy, shape): without fair_tenants the claim is the statement it always was (plain);
+# a lane claiming for one tenant takes the same rows as the fair claim, the plain way.
+ClaimShape = Literal["plain", "fair", "tenant"]
+CLAIM_QUERIES: dict[tuple[Policy, ClaimShape], str] = {
+    ("block_key", "plain"): "outbox_claim_batch",
+    ("skip", "plain"): "outbox_claim_batch_skip",
+    ("block_key", "fair"): "outbox_claim_batch_fair",
+    ("skip", "fair"): "outbox_claim_batch_fair_skip",
+    ("block_key", "tenant"): "outbox_claim_batch_tenant",
+    ("skip", "tenant"): "outbox_claim_batch_tenant_skip",
 }
 
 ClaimForm = Callable[[str, list[int], dict[str, Any]], Plan]
@@ -200,18 +204,24 @@ class SqlStore:
     ) -> list[ClaimedRow]:
         if not shards:
             return []
-        name = CLAIM_QUERIES[policy, turns is not None]
         params = {"limit": limit, "in_flight": self._codec.ids(in_flight)}
+        shape: ClaimShape = "plain"
         if turns is not None:
-            params.update(self._turns(turns, limit))
+            cap = limit if turns.max_rows is None else min(turns.max_rows, limit)
+            if turns.lone is not None:
+                shape = "tenant"
+                params.update(limit=cap, tenant=turns.lone)
+            else:
+                shape = "fair"
+                params.update(self._turns(turns, cap))
+        name = CLAIM_QUERIES[policy, shape]
         rows = await self._plan(name, self._claim(name, list(shards), params), write=False)
         claimed: list[ClaimedRow] = []
         async for _, piece in pieces(rows):  # a large claim gives the other lane turns
             claimed += map(_claimed_row, piece)
         return claimed
 
-    def _turns(self, turns: TenantTurns, limit: int) -> dict[str, Any]:
-        cap = limit if turns.max_rows is None else min(turns.max_rows, limit)
+    def _turns(self, turns: TenantTurns, cap: int) -> dict[str, Any]:
         return {
             "per_tenant": cap,
             "weight_tenants": self._codec.array(list(turns.weights)),

@@ -46,6 +46,14 @@ class TenantTurns:
     only: frozenset[str] | None = None
     skip: frozenset[str] = frozenset()
 
+    @property
+    def lone(self) -> str | None:
+        """The one tenant the claim is for, when it names exactly one: its turns are its
+        rows in id order, so the claim needs no ranking (outbox_claim_batch_tenant)."""
+        if self.only is None or len(self.only) != 1 or self.only & self.skip:
+            return None
+        return next(iter(self.only))
+
 
 @dataclass(frozen=True)
 class Failure:

@@ -5,7 +5,8 @@ at once puts every other tenant's events behind them for minutes. With fair_tena
 each shard's batch takes turns between the tenants that have rows in the shard (the
 untenanted rows are one tenant of their own): a tenant of weight w gets w rows a turn,
 and tenant_max_rows caps one tenant's rows in one shard's batch. A key belongs to one
-tenant, so per-key order is the claim's as always. The SQL is outbox_claim_batch_fair.
+tenant, so per-key order is the claim's as always. The SQL is outbox_claim_batch_fair,
+or outbox_claim_batch_tenant for a lane claiming one tenant (no turns to take).
 """
 
 from __future__ import annotations

@@ -177,3 +177,21 @@ def test_a_lane_s_claim_never_walks_the_other_lane_s_tenants(
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
     assert tenant_index_rows(nodes) < 16 * (rows + 2 * 4) + 64
     assert nodes[0]["Actual Rows"] == 16 * rows
+
+
+@pytest.mark.parametrize("name", ["outbox_claim_batch_tenant", "outbox_claim_batch_tenant_skip"])
+def test_a_one_tenant_claim_walks_only_that_tenant_s_entries(pg_url: str, name: str) -> None:
+    """The bulk lane with one tenant: per shard, one walk of that tenant's entries of
+    outbox_events_tenant_idx, stopping at the limit; each row read once (no second read by
+    id), no other tenant's rows, no walk of the primary key."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    backend.execute("outbox_fill_tenants", {"rows": ROWS})
+    backend.execute("outbox_analyze")
+    nodes = claim_plan(backend.target, WORK_SERVER_OPTIONS, [], name, tenant="A")
+    scans = index_scans(nodes)
+    assert "outbox_events_tenant_idx" in scans, nodes
+    assert not scans & {"outbox_events_pkey", "outbox_events_unpublished_idx"}, nodes
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
+    assert tenant_index_rows(nodes) == 16 * 500
+    assert nodes[0]["Actual Rows"] == 16 * 500

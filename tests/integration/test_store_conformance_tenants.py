@@ -119,6 +119,51 @@ async def test_a_lane_claims_only_its_own_tenants(backend: Backend, store: Store
         assert [r.tenant for r in plain_claim] == ["A"] * 4 + ["B", None]
 
 
+async def test_a_one_tenant_lane_claims_what_the_fair_claim_would(
+    backend: Backend, store: Store
+) -> None:
+    """A lane claiming for one tenant runs outbox_claim_batch_tenant (no ranking): the same
+    rows as the fair claim for that tenant, which is what naming a second tenant with no
+    rows (Z) runs, under every rule: limit, cap, shards, delays, in_flight, block_key."""
+    a, b = keys_on_shard(SHARD, 2)
+    (x,) = keys_on_shard(OTHER, 1)
+    ids = emit(
+        backend,
+        event(a, tenant="A"),
+        event(b, tenant="A"),
+        event(x, tenant="A"),
+        event(a, tenant="B"),
+        event(a, tenant="A"),
+        event(b, tenant="A", deliver_after=dt.timedelta(hours=1)),
+        event(x, tenant="A"),
+        event(b, tenant="A"),
+        event(a),
+    )
+    a1, b1, x1, _b_tenant, a2, _later, x2, b2, _untenanted = ids
+    both = [SHARD, OTHER]
+
+    async def same(limit: int, policy: Policy, in_flight: list[int], cap: int | None) -> list[int]:
+        lone = TenantTurns(only=frozenset({"A"}), max_rows=cap)
+        fair = TenantTurns(only=frozenset({"A", "Z"}), max_rows=cap)
+        rows = await store.claim(both, limit, policy, in_flight, lone)
+        assert {r.tenant for r in rows} <= {"A"}
+        assert ids_in(rows) == ids_in(await store.claim(both, limit, policy, in_flight, fair))
+        return ids_in(rows)
+
+    for policy in POLICIES:
+        assert await same(100, policy, [], None) == [a1, b1, x1, a2, x2, b2]
+        assert await same(2, policy, [], None) == [a1, b1, x1, x2]
+        assert await same(100, policy, [], 1) == [a1, x1]
+        assert await same(100, policy, [a1, x1], None) == [b1, a2, x2, b2]
+    token = await lease(store)
+    await store.settle(OWNER, {SHARD: token}, [], [Failure(a1, "poison", 0.0, True)], False)
+    assert await same(100, "block_key", [], None) == [b1, x1, x2, b2]
+    assert await same(100, "skip", [], None) == [b1, x1, a2, x2, b2]
+    # Named and skipped at once: nothing, as with the fair claim.
+    contradiction = TenantTurns(only=frozenset({"A"}), skip=frozenset({"A"}))
+    assert await store.claim(both, 100, "skip", turns=contradiction) == []
+
+
 async def test_per_key_order_holds_while_tenants_interleave(backend: Backend, store: Store) -> None:
     """Drain a shard with small weighted, capped fair claims, settling each: every row goes
     out once, each claim in id order, and each key's rows in id order over the drain."""

@@ -106,6 +106,50 @@ CROSS JOIN LATERAL (
     LIMIT %(limit)s
 ) AS c;
 
+-- name: outbox_claim_batch_tenant
+-- fair_tenants, a lane claiming for one tenant (relay/lanes.py: the bulk lane while one
+-- tenant has a backlog). Turns within one tenant are its rows in id order, so this returns
+-- what outbox_claim_batch_fair would (limit is min(tenant_max_rows, batch_size)), but as
+-- outbox_claim_batch does: one walk of that tenant's entries of outbox_events_tenant_idx
+-- per shard, each row read once (the fair claim ranks ids, then reads the rows again).
+SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
+CROSS JOIN LATERAL (
+    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
+    FROM outbox_events e
+    WHERE e.shard = s.shard
+      AND coalesce(e.tenant, '') = %(tenant)s
+      AND e.published_at IS NULL
+      AND e.status = 'pending'
+      AND e.available_at <= now()
+      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox_events b
+          WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+            AND b.published_at IS NULL
+            AND (b.status = 'parked' OR b.attempts > 0)
+            AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
+      )
+    ORDER BY e.id
+    LIMIT %(limit)s
+) AS c;
+
+-- name: outbox_claim_batch_tenant_skip
+SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
+CROSS JOIN LATERAL (
+    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
+           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
+    FROM outbox_events e
+    WHERE e.shard = s.shard
+      AND coalesce(e.tenant, '') = %(tenant)s
+      AND e.published_at IS NULL
+      AND e.status = 'pending'
+      AND e.available_at <= now()
+      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
+    ORDER BY e.id
+    LIMIT %(limit)s
+) AS c;
+
 -- name: outbox_claim_batch_fair
 -- fair_tenants: the rows outbox_claim_batch would claim (block_key policy, in_flight left
 -- out), but which of a shard's rows make its batch is decided by turns between the

@@ -49,6 +49,40 @@ WHERE e.shard = :shard
 ORDER BY e.id
 LIMIT :limit;
 
+-- name: outbox_claim_batch_tenant
+-- See the Postgres twin: outbox_claim_batch over one tenant's rows, once per shard.
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
+FROM outbox_events e
+WHERE e.shard = :shard
+  AND coalesce(e.tenant, '') = :tenant
+  AND e.published_at IS NULL
+  AND e.status = 'pending'
+  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_events b
+      WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+        AND b.published_at IS NULL
+        AND (b.status = 'parked' OR b.attempts > 0)
+        AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
+  )
+ORDER BY e.id
+LIMIT :limit;
+
+-- name: outbox_claim_batch_tenant_skip
+SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
+       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
+FROM outbox_events e
+WHERE e.shard = :shard
+  AND coalesce(e.tenant, '') = :tenant
+  AND e.published_at IS NULL
+  AND e.status = 'pending'
+  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
+ORDER BY e.id
+LIMIT :limit;
+
 -- name: outbox_claim_batch_fair
 -- See the Postgres twin for the turns. Run once per shard, like outbox_claim_batch; each
 -- tenant's ids are picked by a correlated id list (SQLite has no LATERAL) walking
