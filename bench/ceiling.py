@@ -10,7 +10,8 @@ statements on this machine.
     .venv/bin/python -m bench.ceiling --database-url URL [--batch-size 500] [--keep]
 
 Prints one JSON line: first claim and last settle (epoch seconds), rows settled, and
-this process's CPU seconds and peak RSS.
+this process's CPU seconds and peak RSS. The collector is set as `outbox-relay run` sets
+it (relay/heap.py), so the CPU compares with the relay's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from pydantic import SecretStr
 
 from relay.database import DatabaseSettings, make_store
+from relay.heap import tune_collector
 from relay.sql_store import SqlStore
 
 OWNER = "bench-ceiling"
@@ -96,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--keep", action="store_true", help="mark rows published (retention=keep)")
     args = p.parse_args(argv)
+    tune_collector()
     result = asyncio.run(drain(args.database_url, args.batch_size, args.keep))
     print(json.dumps(result), flush=True)
     return 0

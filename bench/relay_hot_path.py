@@ -7,7 +7,8 @@ This bench runs exactly those two functions over prebuilt claimed rows with a re
 the database's share is left out; and, as the baseline in the same process, the
 publisher's enqueue_batch over the same records built beforehand, awaiting each record
 batch's ack once. CPU is this process's (user + system) per event; the ratio is what the
-relay's bookkeeping costs on top of aiokafka.
+relay's bookkeeping costs on top of aiokafka. The collector is set as `outbox-relay run`
+sets it (relay/heap.py), once the claims are built.
 
     .venv/bin/python bench/relay_hot_path.py [--rows 8000] [--cycles 25] [--rounds 3]
 """
@@ -32,9 +33,10 @@ sys.path.insert(0, str(ROOT))
 from bench.compare.topics import create_topic, delete_topics  # noqa: E402
 from relay.batch import BatchRules, Sent, send_batch, settle_batch  # noqa: E402
 from relay.config import load_settings  # noqa: E402
+from relay.heap import tune_collector  # noqa: E402
 from relay.publisher import HELD, KafkaPublisher  # noqa: E402
 from relay.records import to_records  # noqa: E402
-from relay.store import ClaimedRow, Failure, Policy, Settled, Store  # noqa: E402
+from relay.store import ClaimedRow, Failure, Policy, Settled, Store, TenantTurns  # noqa: E402
 
 
 class RowsStore:
@@ -44,7 +46,12 @@ class RowsStore:
         self.claims, self.turn = claims, 0
 
     async def claim(
-        self, shards: Sequence[int], limit: int, policy: Policy, in_flight: Sequence[int] = ()
+        self,
+        shards: Sequence[int],
+        limit: int,
+        policy: Policy,
+        in_flight: Sequence[int] = (),
+        turns: TenantTurns | None = None,
     ) -> list[ClaimedRow]:
         self.turn += 1
         return self.claims[(self.turn - 1) % len(self.claims)]
@@ -127,6 +134,7 @@ async def run(args: argparse.Namespace) -> int:
     await publisher.start()
     rng = random.Random(7)
     store = RowsStore([claimed(args.rows, k * args.rows, 1000, rng) for k in range(4)])
+    tune_collector()
     try:
         await relay_path(publisher, rules, store, 3)  # warm: metadata, topic limits
         await publisher_alone(publisher, rules, store, 3)
