@@ -15,7 +15,12 @@ Each configuration gets a private database and topics, in one process run:
 - alone-fair: A alone, fair turns on (what the fair claim costs by itself);
 - fair: A's backlog and B together, fair turns on;
 - plain: the same with fair turns off (B waits behind A's backlog);
-- fair-cap: fair with tenant_max_rows=--cap (shorter cycles: B waits less, A drains slower).
+- fair-cap: fair with tenant_max_rows=--cap (shorter cycles: B waits less, A drains slower);
+- apart: A's backlog and B together, but in two databases (on the same server), each with a
+  relay of its own: B shares no claim, cycle, connection or process with A, only the
+  machine's cores, the Postgres server and the broker. No scheduling of turns inside one
+  relay can isolate B better, so B's p99 here is the floor fair turns can reach on this
+  machine, and A's rate the ceiling it can keep beside B.
 
 B starts once A's first events are on the topic and stops when all of A's are (in idle,
 after --idle-s). Ratios printed: B's p99 in fair / in idle, A's rate in fair / in alone
@@ -75,6 +80,7 @@ class Config:
     writer: bool  # B commits during the run
     fair: bool  # OUTBOX_FAIR_TENANTS
     capped: bool = False  # OUTBOX_TENANT_MAX_ROWS=--cap
+    apart: bool = False  # B in a database of its own, drained by a relay of its own
 
 
 CONFIGS = {
@@ -86,6 +92,7 @@ CONFIGS = {
         Config("fair", backlog=True, writer=True, fair=True),
         Config("plain", backlog=True, writer=True, fair=False),
         Config("fair-cap", backlog=True, writer=True, fair=True, capped=True),
+        Config("apart", backlog=True, writer=True, fair=False, apart=True),
     )
 }
 
@@ -227,35 +234,41 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     tag = config.name.replace("-", "_")
     dbname, prefix = f"bench_fair_{run_id}_{tag}", f"bench-fair-{run_id}-{tag}."
-    url = with_database(base, dbname)
+    # apart: B's database and relay of their own.
+    databases = [dbname, dbname + "_b"] if config.apart else [dbname]
+    url, b_url = (with_database(base, name) for name in (databases[0], databases[-1]))
     a_topic, b_topic = prefix + "a-orders", prefix + "b-orders"
     logdir = Path(args.logdir or f"/tmp/tenant-fairness-{run_id}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
     result = Result(config)
-    admin(base, "bench_database_create", dbname)
-    relay: Proc | None = None
+    relays: list[Proc] = []
     writer: Writer | None = None
     try:
-        await asyncio.to_thread(migrate, url)
+        for name in databases:
+            admin(base, "bench_database_create", name)
+            await asyncio.to_thread(migrate, with_database(base, name))
         for topic in (a_topic, b_topic):
             await create_topic(bootstrap, topic, args.partitions, APPEND_TIME)
         if config.backlog:
             result.load_s = await asyncio.to_thread(load_backlog, url, "a-orders", args.events)
             print(f"  {config.name}: loaded {args.events:,} events in {result.load_s:.1f} s")
-        env = relay_env(url, bootstrap, prefix)
-        env["OUTBOX_FAIR_TENANTS"] = "true" if config.fair else "false"
-        if config.capped:
-            env["OUTBOX_TENANT_MAX_ROWS"] = str(args.cap)
-        for pair in args.relay_env:
-            name, _, value = pair.partition("=")
-            env[name] = value
-        relay = launch(f"relay-{tag}", [sys.executable, "-m", "relay.cli", "run"], env, logdir)
+        for n, name in enumerate(databases):
+            env = relay_env(with_database(base, name), bootstrap, prefix)
+            env["OUTBOX_FAIR_TENANTS"] = "true" if config.fair else "false"
+            if config.capped:
+                env["OUTBOX_TENANT_MAX_ROWS"] = str(args.cap)
+            for pair in args.relay_env:
+                setting, _, value = pair.partition("=")
+                env[setting] = value
+            cmd = [sys.executable, "-m", "relay.cli", "run"]
+            relays.append(launch(f"relay-{tag}" + "-b" * n, cmd, env, logdir))
+        relay = relays[0]  # A's
         async with TopicCounter(bootstrap, a_topic, args.partitions) as a_count:
             if config.backlog:
                 # B starts once the drain is under way, and stops when it is over.
                 await wait_for_count(a_count, min(1000, args.events), 120, relay, "drain start")
             if config.writer:
-                writer = Writer(url, "b-orders", args.rate)
+                writer = Writer(b_url, "b-orders", args.rate)
                 writer.start()
             if config.backlog:
                 await wait_for_count(a_count, args.events, args.timeout_s, relay, "drain end")
@@ -272,7 +285,11 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
         if writer is not None:
             commit_at = writer.commit_at
             result.b_committed = len(commit_at)
-            got = await appended(bootstrap, b_topic, args.partitions, range(len(commit_at)), 120)
+            got = (  # (aiokafka's consumer fails to stop when it was asked for nothing)
+                await appended(bootstrap, b_topic, args.partitions, range(len(commit_at)), 120)
+                if commit_at
+                else {}
+            )
             result.b_missing = sum(1 for s in range(len(commit_at)) if s not in got)
             t0 = commit_at[0] if commit_at else 0.0
             skip = int(args.rate * args.warmup_s) if not config.backlog else 0
@@ -286,10 +303,11 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
     finally:
         if writer is not None:
             writer.abandon()
-        if relay is not None:
-            relay.stop()
+        for proc in relays:
+            proc.stop()
         await delete_topics(bootstrap, [a_topic, b_topic])
-        admin(base, "bench_database_drop", dbname)
+        for name in databases:
+            admin(base, "bench_database_drop", name)
 
 
 def _fmt(value: float, spec: str = ",.1f") -> str:
@@ -333,12 +351,18 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
     if "fair-cap" in by and "idle" in by:
         ratio = by["fair-cap"].b(0.99) / by["idle"].b(0.99)
         print(f"B p99 fair-cap / B p99 idle: {ratio:.1f}")
+    if "apart" in by and "idle" in by:
+        ratio = by["apart"].b(0.99) / by["idle"].b(0.99)
+        print(f"B p99 apart / B p99 idle: {ratio:.2f} (the floor on this machine)")
+    if "apart" in by and "alone" in by:
+        ratio = by["apart"].a_rate / by["alone"].a_rate
+        print(f"A rate apart / A rate alone: {ratio:.2f} (the ceiling on this machine)")
     if args.plot:
         from bench.plot import timeline_plot
 
         series = [
             (f"B {name.upper()}", by[name].b_timeline)
-            for name in ("idle", "fair", "plain", "fair-cap")
+            for name in ("idle", "fair", "plain", "fair-cap", "apart")
             if name in by
         ]
         reference = None

@@ -1,0 +1,86 @@
+"""The issue benches still run, at a size that proves it and nothing about speed.
+
+bench/relay_hot_path.py fakes the relay's store with a class of its own, and a change
+of the Store protocol (the claim's tenant turns) once broke it unnoticed;
+bench/tenant_fairness.py launches relays and writers in every configuration. Each runs
+here against the test services, its output checked for the rows it exists to print.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run_bench(args: list[str], env: dict[str, str], timeout_s: float) -> str:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    # A session of its own: on a timeout, the relays the bench launched die with it.
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**base, **env},
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"{args[0]} did not finish in {timeout_s:.0f} s:\n{output}")
+    assert proc.returncode == 0, output
+    return output
+
+
+@pytest.mark.timeout(120)
+def test_the_hot_path_bench_runs(kafka_bootstrap: str) -> None:
+    output = run_bench(
+        ["bench/relay_hot_path.py", "--rows", "400", "--cycles", "2", "--rounds", "1"],
+        {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        100,
+    )
+    (row,) = [line for line in output.splitlines() if line.startswith("| 1 |")]
+    relay_path, alone = (float(cell) for cell in row.strip("|").split("|")[1:3])
+    assert relay_path > 0, output
+    assert alone > 0, output
+
+
+@pytest.mark.timeout(300)
+def test_the_fairness_bench_runs_with_the_tenants_apart(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
+    output = run_bench(
+        [
+            "bench/tenant_fairness.py",
+            "--events",
+            "30000",
+            "--rate",
+            "50",
+            "--idle-s",
+            "3",
+            "--configs",
+            "idle,apart,fair",
+        ],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        280,
+    )
+    rows = {line.split("|")[1].strip(): line for line in output.splitlines() if line[:2] == "| "}
+    for config in ("idle", "apart", "fair"):
+        assert config in rows, output
+    # apart: A's whole backlog on its topic, B's events there too, none missing.
+    cells = [c.strip() for c in rows["apart"].strip("|").split("|")]
+    assert cells[2] == "30,000", output
+    assert int(cells[5]) > 0, output
+    assert cells[9] == "0", output
+    assert "B p99 apart / B p99 idle" in output
