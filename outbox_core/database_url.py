@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -46,11 +47,13 @@ class DatabaseUrl:
         )
 
     def connect(self, *, autocommit: bool = False, server_options: str | None = None) -> Any:
-        """server_options: Postgres only, libpq `options` (`-c name=value ...`)."""
+        """server_options: Postgres only, libpq `options` (`-c name=value ...`), given
+        before the user's own (libpq_options)."""
         if self.dialect == "postgres":
             import psycopg
 
-            extra: dict[str, Any] = {"options": server_options} if server_options else {}
+            options = libpq_options(self.url, server_options)
+            extra: dict[str, Any] = {"options": options} if options else {}
             return psycopg.connect(self.url, autocommit=autocommit, **extra)
         Path(self.url).parent.mkdir(parents=True, exist_ok=True)
         return sqlite3.connect(
@@ -58,3 +61,22 @@ class DatabaseUrl:
             timeout=SQLITE_BUSY_TIMEOUT_S,
             isolation_level=None if autocommit else "DEFERRED",
         )
+
+
+def libpq_options(conninfo: str, ours: str | None) -> str | None:
+    """The libpq `options` for a connection that wants ours: ours first, then the user's
+    own (the URL's `options`, else PGOPTIONS). An `options` keyword replaces the URL's and
+    the environment's, so without this a user's `-c search_path=...` would be dropped; and
+    of two `-c` of one name the later wins, so a setting the user gave keeps their value."""
+    if not ours:
+        return None
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        theirs = conninfo_to_dict(conninfo).get("options")
+    except ProgrammingError:
+        return ours  # a malformed URL: connecting reports it
+    if theirs is None:
+        theirs = os.environ.get("PGOPTIONS")
+    return f"{ours} {theirs}" if theirs else ours

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from outbox_core.database_url import Dialect
+from outbox_core.database_url import Dialect, libpq_options
 from outbox_core.errors import DatabaseError
 from outbox_core.executors import (
     AsyncPsycopgExecutor,
@@ -84,14 +84,16 @@ class PostgresPool:
         open_wait_s: float | None = None,
         server_options: str | None = None,
     ) -> None:
-        """server_options: libpq `options` for every connection (`-c name=value ...`)."""
+        """server_options: libpq `options` for every connection (`-c name=value ...`),
+        given before the user's own (libpq_options)."""
         self._timeout = checkout_timeout_s
         self._open_wait_s = open_wait_s
+        options = libpq_options(conninfo, server_options)
         self.pool = reconnecting_pool(
             conninfo,
             max_size=max_size,
             timeout=checkout_timeout_s,
-            kwargs={"autocommit": True, **({"options": server_options} if server_options else {})},
+            kwargs={"autocommit": True, **({"options": options} if options else {})},
         )
 
     async def open(self) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 
-from outbox_core.pg_pool import reconnecting_pool
+from outbox_core.database_url import DatabaseUrl
+from outbox_core.pg_pool import PostgresPool, reconnecting_pool
+from relay.database import PLANNER_OPTIONS, WORK_SERVER_OPTIONS
+from tests.support.db import DIALECT_SQL
 from tests.support.ops import tcp_gate
 
 pytestmark = pytest.mark.integration
@@ -40,3 +43,44 @@ async def test_a_pool_reconnects_within_seconds_of_a_long_outage_ending(pg_url: 
             assert pool.get_stats().get("connections_num", 0) >= 1
         finally:
             await pool.close()
+
+
+USER_OPTIONS = "-c search_path=billing,public -c random_page_cost=3"
+SETTING = DIALECT_SQL["postgres"]["server_setting"]
+
+
+def _with_options(url: str, options: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}options={quote(options)}"
+
+
+async def test_the_relay_s_pool_keeps_the_options_of_the_user_s_url(pg_url: str) -> None:
+    """The relay's pools pass their own server options; a user's `options` in
+    DATABASE_URL (a search_path naming the outbox's schema) must survive beside them, and
+    a setting the user gave keeps the user's value."""
+    pool = PostgresPool(
+        _with_options(pg_url, USER_OPTIONS), max_size=1, server_options=WORK_SERVER_OPTIONS
+    )
+    await pool.open()
+    try:
+        async with pool.pool.connection() as conn:
+            got = []
+            for name in ("search_path", "random_page_cost", "synchronous_commit", "jit"):
+                cur = await conn.execute(SETTING, {"name": name})
+                got.append((await cur.fetchone())[0])
+    finally:
+        await pool.close()
+    assert got == ["billing,public", "3", "off", "off"]
+
+
+def test_a_session_keeps_pgoptions_beside_the_relay_s_own(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no `options` in the URL, libpq would read PGOPTIONS, which an `options`
+    keyword replaces: the user's environment must survive too (`outbox-relay status`)."""
+    monkeypatch.setenv("PGOPTIONS", "-c search_path=billing,public")
+    with DatabaseUrl.parse(pg_url).connect(autocommit=True, server_options=PLANNER_OPTIONS) as c:
+        got = [
+            c.execute(SETTING, {"name": name}).fetchone()[0]
+            for name in ("search_path", "random_page_cost")
+        ]
+    assert got == ["billing,public", "1.1"]
