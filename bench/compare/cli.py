@@ -72,7 +72,9 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     )
     p.add_argument("--latency-rates", default="500,2000,5000")
     p.add_argument(
-        "--latency-contenders", default="ours,debezium", help="comma list of ours, debezium"
+        "--latency-contenders",
+        default=None,
+        help="comma list of ours, debezium (default: those of them in --contenders)",
     )
     p.add_argument("--latency-seconds", type=float, default=20.0)
     p.add_argument("--latency-warmup-s", type=float, default=2.0)
@@ -91,7 +93,9 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
         "--write-docs",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="write docs/benchmarks.md and docs/img/ (default on; off with --ci)",
+        help="write docs/benchmarks.md and docs/img/ (default: on for a run of every contender "
+        "of the full comparison, off for fewer and with --ci: a partial run must not replace "
+        "the table)",
     )
     p.add_argument(
         "--profile",
@@ -122,8 +126,10 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     if args.services is None:
         args.services = "env" if args.ci else "bench"
     if args.write_docs is None:
-        args.write_docs = not args.ci
+        args.write_docs = not args.ci and set(FULL_RUN) <= set(args.contenders)
     args.latency_rates = [float(r) for r in args.latency_rates.split(",") if r]
+    if args.latency_contenders is None:
+        args.latency_contenders = ",".join(c for c in ("ours", "debezium") if c in args.contenders)
     args.latency_contenders = [c.strip() for c in args.latency_contenders.split(",") if c.strip()]
     if args.events < LOAD_CHUNK or args.rounds < 1 or args.partitions < 1:
         p.error("--events must be at least 1000; --rounds and --partitions at least 1")
