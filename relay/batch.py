@@ -158,7 +158,7 @@ class Sent:
     def blocked_keys(self, policy: str) -> set[str]:
         """Keys whose later rows must wait for this settle: under block_key, those with a
         failure the database does not know of yet."""
-        if policy != "block_key":
+        if policy != "block_key" or not self.failures:
             return set()
         by_id = {row.id: row for row in self.rows}
         return {by_id[f.id].key for f in self.failures}
