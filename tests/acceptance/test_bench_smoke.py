@@ -2,8 +2,9 @@
 
 bench/relay_hot_path.py fakes the relay's store with a class of its own, and a change
 of the Store protocol (the claim's tenant turns) once broke it unnoticed;
-bench/tenant_fairness.py launches relays and writers in every configuration. Each runs
-here against the test services, its output checked for the rows it exists to print.
+bench/tenant_fairness.py launches relays and writers in every configuration;
+bench/pg_fetch_waits.py counts the event loop's waits by patching it. Each runs here
+against the test services, its output checked for the rows it exists to print.
 """
 
 from __future__ import annotations
@@ -84,3 +85,17 @@ def test_the_fairness_bench_runs_with_the_tenants_apart(
     assert int(cells[5]) > 0, output
     assert cells[9] == "0", output
     assert "B p99 apart / B p99 idle" in output
+
+
+@pytest.mark.timeout(60)
+def test_the_fetch_waits_bench_runs(pg_url: str) -> None:
+    output = run_bench(
+        ["bench/pg_fetch_waits.py", "--rows", "2000", "--queries", "2", "--rounds", "1"],
+        {"DATABASE_URL": pg_url},
+        50,
+    )
+    (row,) = [line for line in output.splitlines() if line.startswith("| 1 |")]
+    cells = [float(cell) for cell in row.strip("|").split("|")[1:]]
+    assert cells[1] >= 1, output  # a 2,000-row result is more than one read
+    assert cells[0] > 0, output
+    assert cells[2] > 0, output
