@@ -10,7 +10,14 @@ future, a timer); on a blocking Connection it is a poll() in C. This bench fetch
 same claim-shaped rows (binary) both ways and prints the client's CPU per query, the
 asyncio waits per query, and the ratio.
 
-    .venv/bin/python bench/pg_fetch_waits.py [--rows 8000] [--queries 20] [--rounds 3]
+The way to a blocking fetch in an asyncio relay is a worker thread, which then needs the
+GIL back after every read. So the bench also times each way's wall clock per query
+beside an event loop kept busy (a task running Python in 1 ms slices with a loop turn
+between them, as the relay's lanes do in a drain): asyncio on the loop, against blocking
+in asyncio.to_thread.
+
+    .venv/bin/python bench/pg_fetch_waits.py [--rows 8000] [--queries 20] [--busy-queries 5]
+        [--rounds 3]
 
 Needs DATABASE_URL (`eval "$(scripts/services env)"`).
 """
@@ -70,15 +77,61 @@ def blocking_fetch(url: str, rows: int, queries: int) -> float:
         return (time.process_time() - cpu) / queries * 1000
 
 
+async def busy_wall(url: str, rows: int, queries: int, threaded: bool) -> float:
+    """Wall ms per query while another task keeps the event loop busy."""
+    done = False
+
+    async def busy() -> None:
+        while not done:
+            until = time.perf_counter() + 0.001
+            while time.perf_counter() < until:
+                pass
+            await asyncio.sleep(0)
+
+    if threaded:
+        conn = psycopg.Connection.connect(url, autocommit=True)
+
+        async def fetch() -> None:
+            await asyncio.to_thread(lambda: conn.execute(Q, {"rows": rows}, binary=True).fetchall())
+    else:
+        aconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+
+        async def fetch() -> None:
+            await (await aconn.execute(Q, {"rows": rows}, binary=True)).fetchall()
+
+    try:
+        await fetch()  # warm
+        task = asyncio.create_task(busy())
+        wall = time.perf_counter()
+        for _ in range(queries):
+            await fetch()
+        wall = time.perf_counter() - wall
+        done = True
+        await task
+    finally:
+        await (asyncio.to_thread(conn.close) if threaded else aconn.close())
+    return wall / queries * 1000
+
+
 async def run(args: argparse.Namespace) -> int:
     url = os.environ["DATABASE_URL"]
     print(f"{args.rows:,} rows per query, {args.queries} queries per measurement")
-    print("| round | asyncio ms/query | waits/query | blocking ms/query | asyncio / blocking |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| round | CPU ms/query, asyncio | waits/query | CPU ms/query, blocking "
+        "| CPU asyncio / blocking | wall ms/query beside a busy loop, asyncio "
+        "| the same, blocking in a thread | wall thread / asyncio |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in range(1, args.rounds + 1):
         a, waits = await async_fetch(url, args.rows, args.queries)
         b = blocking_fetch(url, args.rows, args.queries)
-        print(f"| {n} | {a:.1f} | {waits:.0f} | {b:.1f} | {a / b:.2f} |", flush=True)
+        on_loop = await busy_wall(url, args.rows, args.busy_queries, threaded=False)
+        threaded = await busy_wall(url, args.rows, args.busy_queries, threaded=True)
+        print(
+            f"| {n} | {a:.1f} | {waits:.0f} | {b:.1f} | {a / b:.2f} | {on_loop:.1f} "
+            f"| {threaded:.1f} | {threaded / on_loop:.2f} |",
+            flush=True,
+        )
     return 0
 
 
@@ -88,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--rows", type=int, default=8000, help="rows per query (16 shards x 500)")
     p.add_argument("--queries", type=int, default=20)
+    p.add_argument("--busy-queries", type=int, default=5, help="queries beside a busy loop")
     p.add_argument("--rounds", type=int, default=3)
     return asyncio.run(run(p.parse_args(argv)))
 
