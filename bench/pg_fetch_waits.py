@@ -2,9 +2,9 @@
 one, in one process.
 
 The relay's claim reads thousands of rows in one statement (an 8,000-row cycle is about
-2.6 MB in binary). libpq reads at most its input buffer's free space per read (8-16 KB),
-and psycopg's fetch goes back to waiting for the socket after each read, so a claim is
-hundreds of waits even when the rest of the result is already in the socket. On an
+2.6 MB in binary). The rows arrive a few kilobytes at a time as the server produces
+them, and psycopg's fetch goes back to waiting for the socket after each read, so a
+claim is hundreds of waits. On an
 AsyncConnection each wait is a turn of the event loop (a reader added and removed, a
 future, a timer); on a blocking Connection it is a poll() in C. This bench fetches the
 same claim-shaped rows (binary) both ways and prints the client's CPU per query, the
