@@ -236,7 +236,8 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
     dbname, prefix = f"bench_fair_{run_id}_{tag}", f"bench-fair-{run_id}-{tag}."
     # apart: B's database and relay of their own.
     databases = [dbname, dbname + "_b"] if config.apart else [dbname]
-    url, b_url = (with_database(base, name) for name in (databases[0], databases[-1]))
+    urls = [with_database(base, name) for name in databases]
+    url, b_url = urls[0], urls[-1]
     a_topic, b_topic = prefix + "a-orders", prefix + "b-orders"
     logdir = Path(args.logdir or f"/tmp/tenant-fairness-{run_id}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
@@ -244,16 +245,16 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
     relays: list[Proc] = []
     writer: Writer | None = None
     try:
-        for name in databases:
+        for name, db_url in zip(databases, urls, strict=True):
             admin(base, "bench_database_create", name)
-            await asyncio.to_thread(migrate, with_database(base, name))
+            await asyncio.to_thread(migrate, db_url)
         for topic in (a_topic, b_topic):
             await create_topic(bootstrap, topic, args.partitions, APPEND_TIME)
         if config.backlog:
             result.load_s = await asyncio.to_thread(load_backlog, url, "a-orders", args.events)
             print(f"  {config.name}: loaded {args.events:,} events in {result.load_s:.1f} s")
-        for n, name in enumerate(databases):
-            env = relay_env(with_database(base, name), bootstrap, prefix)
+        for n, db_url in enumerate(urls):
+            env = relay_env(db_url, bootstrap, prefix)
             env["OUTBOX_FAIR_TENANTS"] = "true" if config.fair else "false"
             if config.capped:
                 env["OUTBOX_TENANT_MAX_ROWS"] = str(args.cap)
