@@ -20,8 +20,13 @@ interval (5 ms) in which no other thread took it; a loop that releases it at eve
 interval the thread gets the GIL only by luck. --slice-ms and --switch-ms show it; the
 busy task gives up after --busy-budget-s, so a starved fetch ends, and the row says so.
 
+A third table (--arrays) asks whether the waits can be designed away: the same rows as
+one row of arrays, which the server builds whole before sending, so the client reads it
+in a few large reads. It prints the client's and the server backend's CPU per query for
+both shapes (the backend's from /proc, so the server must run on this machine).
+
     .venv/bin/python bench/pg_fetch_waits.py [--rows 8000] [--queries 20] [--busy-queries 5]
-        [--rounds 3] [--slice-ms 1] [--switch-ms 5] [--busy-budget-s 60]
+        [--rounds 3] [--slice-ms 1] [--switch-ms 5] [--busy-budget-s 60] [--arrays]
 
 Needs DATABASE_URL (`eval "$(scripts/services env)"`).
 """
@@ -44,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.database import load_sql  # noqa: E402
 
-Q = load_sql("pg_fetch_waits.sql")["claim_shaped_rows"]
+SQL = load_sql("pg_fetch_waits.sql")
+Q = SQL["claim_shaped_rows"]
 
 
 async def async_fetch(url: str, rows: int, queries: int) -> tuple[float, float]:
@@ -79,6 +85,46 @@ def blocking_fetch(url: str, rows: int, queries: int) -> float:
         for _ in range(queries):
             conn.execute(Q, {"rows": rows}, binary=True).fetchall()
         return (time.process_time() - cpu) / queries * 1000
+
+
+def _backend_cpu_s(pid: int) -> float:
+    # utime and stime, fields 14 and 15 of /proc/PID/stat (after the command's parentheses).
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def shape_cpu(url: str, rows: int, queries: int, arrays: bool) -> tuple[float, float, float]:
+    """(client CPU ms, server backend CPU ms, event-loop waits) per query, for the rows as
+    rows or as one row of arrays turned back into row tuples."""
+    query = SQL["claim_shaped_arrays" if arrays else "claim_shaped_rows"]
+    loop = asyncio.get_running_loop()
+    waits = 0
+    add_reader = loop.add_reader
+
+    def counted(*args: Any) -> None:
+        nonlocal waits
+        waits += 1
+        add_reader(*args)
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (await conn.execute(SQL["backend_pid"])).fetchone()
+        assert row is not None
+        pid = int(row[0])
+        await (await conn.execute(query, {"rows": rows}, binary=True)).fetchall()  # warm
+        server = _backend_cpu_s(pid)
+        setattr(loop, "add_reader", counted)  # noqa: B010 (a method patched for counting)
+        try:
+            cpu = time.process_time()
+            for _ in range(queries):
+                result = await (await conn.execute(query, {"rows": rows}, binary=True)).fetchall()
+                if arrays:
+                    result = list(zip(*result[0], strict=True))
+                assert len(result) == rows
+            cpu = time.process_time() - cpu
+        finally:
+            setattr(loop, "add_reader", add_reader)  # noqa: B010
+        server = _backend_cpu_s(pid) - server
+    return cpu / queries * 1000, server / queries * 1000, waits / queries
 
 
 async def busy_wall(
@@ -157,7 +203,23 @@ async def run(args: argparse.Namespace) -> int:
                     f"round {n}: the busy loop stopped after {args.busy_budget_s:g} s before "
                     f"the {way} queries ended; their wall time is a lower bound"
                 )
+    if args.arrays:
+        await print_shapes(url, args)
     return 0
+
+
+async def print_shapes(url: str, args: argparse.Namespace) -> None:
+    print()
+    print("| round | shape | client CPU ms/query | server CPU ms/query | together | waits/query |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for n in range(1, args.rounds + 1):
+        for shape in ("rows", "arrays"):
+            client, server, waits = await shape_cpu(url, args.rows, args.queries, shape == "arrays")
+            print(
+                f"| {n} | {shape} | {client:.1f} | {server:.1f} | {client + server:.1f} "
+                f"| {waits:.0f} |",
+                flush=True,
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -176,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=60.0,
         help="the busy loop's longest run per measurement",
     )
+    p.add_argument("--arrays", action="store_true", help="also compare rows with one row of arrays")
     return asyncio.run(run(p.parse_args(argv)))
 
 

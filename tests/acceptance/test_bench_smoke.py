@@ -100,14 +100,20 @@ def test_the_fetch_waits_bench_runs(pg_url: str) -> None:
             *("--rows", "2000", "--queries", "2", "--rounds", "1"),
             # A fetch in a thread beside the busy loop can starve for seconds a query (the
             # bench's docstring says why); the budget bounds it.
-            *("--busy-queries", "1", "--busy-budget-s", "5"),
+            *("--busy-queries", "1", "--busy-budget-s", "5", "--arrays"),
         ],
         {"DATABASE_URL": pg_url},
         50,
     )
-    cells = first_round(output)
+    waits_table, shapes_table = output.split("\n\n")
+    shapes = {line.split("|")[2].strip(): line for line in shapes_table.splitlines()[2:]}
+    assert set(shapes) == {"rows", "arrays"}, output
+    cells = first_round(waits_table)
     assert cells[1] >= 1, output  # a 2,000-row result is more than one read
     assert cells[0] > 0, output
     assert cells[2] > 0, output
     assert cells[4] > 0, output
     assert cells[5] > 0, output
+    # One row of arrays arrives in a few large reads: fewer waits than 2,000 rows.
+    waits = {shape: float(line.strip("|").split("|")[-1]) for shape, line in shapes.items()}
+    assert waits["arrays"] < waits["rows"], output
