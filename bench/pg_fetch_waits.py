@@ -48,33 +48,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.database import load_sql  # noqa: E402
+from bench.procstat import cpu_seconds  # noqa: E402
 
 SQL = load_sql("pg_fetch_waits.sql")
 Q = SQL["claim_shaped_rows"]
-
-
-async def async_fetch(url: str, rows: int, queries: int) -> tuple[float, float]:
-    """(CPU ms per query, event-loop waits per query)."""
-    loop = asyncio.get_running_loop()
-    waits = 0
-    add_reader = loop.add_reader
-
-    def counted(*args: Any) -> None:
-        nonlocal waits
-        waits += 1
-        add_reader(*args)
-
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await (await conn.execute(Q, {"rows": rows}, binary=True)).fetchall()  # warm
-        setattr(loop, "add_reader", counted)  # noqa: B010 (a method patched for counting)
-        try:
-            cpu = time.process_time()
-            for _ in range(queries):
-                await (await conn.execute(Q, {"rows": rows}, binary=True)).fetchall()
-            cpu = time.process_time() - cpu
-        finally:
-            setattr(loop, "add_reader", add_reader)  # noqa: B010
-    return cpu / queries * 1000, waits / queries
 
 
 def blocking_fetch(url: str, rows: int, queries: int) -> float:
@@ -87,10 +64,11 @@ def blocking_fetch(url: str, rows: int, queries: int) -> float:
         return (time.process_time() - cpu) / queries * 1000
 
 
-def _backend_cpu_s(pid: int) -> float:
-    # utime and stime, fields 14 and 15 of /proc/PID/stat (after the command's parentheses).
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def backend_cpu_s(pid: int) -> float:
+    cpu = cpu_seconds(pid)
+    if cpu is None:
+        raise RuntimeError(f"no /proc/{pid}: the server must run on this machine")
+    return cpu
 
 
 async def shape_cpu(url: str, rows: int, queries: int, arrays: bool) -> tuple[float, float, float]:
@@ -111,7 +89,7 @@ async def shape_cpu(url: str, rows: int, queries: int, arrays: bool) -> tuple[fl
         assert row is not None
         pid = int(row[0])
         await (await conn.execute(query, {"rows": rows}, binary=True)).fetchall()  # warm
-        server = _backend_cpu_s(pid)
+        server = backend_cpu_s(pid)
         setattr(loop, "add_reader", counted)  # noqa: B010 (a method patched for counting)
         try:
             cpu = time.process_time()
@@ -123,7 +101,7 @@ async def shape_cpu(url: str, rows: int, queries: int, arrays: bool) -> tuple[fl
             cpu = time.process_time() - cpu
         finally:
             setattr(loop, "add_reader", add_reader)  # noqa: B010
-        server = _backend_cpu_s(pid) - server
+        server = backend_cpu_s(pid) - server
     return cpu / queries * 1000, server / queries * 1000, waits / queries
 
 
@@ -186,7 +164,7 @@ async def run(args: argparse.Namespace) -> int:
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in range(1, args.rounds + 1):
-        a, waits = await async_fetch(url, args.rows, args.queries)
+        a, _, waits = await shape_cpu(url, args.rows, args.queries, arrays=False)
         b = blocking_fetch(url, args.rows, args.queries)
         busy = (url, args.rows, args.busy_queries)
         limits = (args.slice_ms / 1000, args.busy_budget_s)
