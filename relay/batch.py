@@ -10,7 +10,6 @@ carries its token (fenced settle).
 from __future__ import annotations
 
 import asyncio
-import random
 import re
 import time
 from collections import Counter
@@ -21,6 +20,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from outbox_core.backoff import delay_s
 from outbox_core.settings import SettingsGroup
 from relay.errors import KafkaUnavailable, PublishFailed
 from relay.kafka_errors import classify
@@ -127,9 +127,9 @@ def failure_reason(error: PublishFailed) -> str:
 
 def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
     """Exponential with jitter, from the attempts persisted on the row."""
-    exponent = min(attempts_before, 1023)  # 2.0**1024 overflows a float (OverflowError)
-    ceiling: float = min(settings.backoff_max_s, settings.backoff_base_s * 2.0**exponent)
-    return ceiling * random.uniform(0.5, 1.0)
+    return delay_s(
+        attempts_before, base_s=settings.backoff_base_s, max_s=settings.backoff_max_s, jitter=True
+    )
 
 
 def _failure(row: ClaimedRow, error: PublishFailed, settings: BatchSettings) -> Failure:
