@@ -3,7 +3,8 @@
 bench/relay_hot_path.py fakes the relay's store with a class of its own, and a change
 of the Store protocol (the claim's tenant turns) once broke it unnoticed;
 bench/tenant_fairness.py launches relays and writers in every configuration;
-bench/pg_fetch_waits.py counts the event loop's waits by patching it. Each runs here
+bench/pg_fetch_waits.py counts the event loop's waits by patching it; bench/outbox_bloat.py
+holds a snapshot open beside a relay. Each runs here
 against the test services, its output checked for the rows it exists to print.
 """
 
@@ -117,3 +118,19 @@ def test_the_fetch_waits_bench_runs(pg_url: str) -> None:
     # One row of arrays arrives in a few large reads: fewer waits than 2,000 rows.
     waits = {shape: float(line.strip("|").split("|")[-1]) for shape, line in shapes.items()}
     assert waits["arrays"] < waits["rows"], output
+
+
+@pytest.mark.timeout(150)
+def test_the_bloat_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None:
+    output = run_bench(
+        ["bench/outbox_bloat.py", "--events", "3000", "--rounds", "2"],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        140,
+    )
+    rows = {line.split("|")[1].strip(): line for line in output.splitlines() if line[:2] == "| "}
+    for mode in ("clean", "held"):
+        cells = [c.strip().replace(",", "") for c in rows[mode].strip("|").split("|")]
+        rates, buffers = cells[1:3], cells[4:6]
+        assert all(float(r) > 0 for r in rates), output
+        assert all(int(b) > 0 for b in buffers), output
+    assert "held / clean per round:" in output
