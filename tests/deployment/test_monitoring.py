@@ -21,7 +21,7 @@ import yaml
 
 from scripts import service_prometheus
 from scripts.service_common import ServiceError
-from tests.deployment.support import CHART, helm_template, parse
+from tests.deployment.support import CHART, ROOT, helm_template, parse
 from tests.support.monitoring import (
     DASHBOARD,
     PROMETHEUS_RULE_SCHEMA,
@@ -225,3 +225,9 @@ def test_the_values_schema_refuses_bad_monitoring_values(helm: Path, bad: str) -
     )
     assert res.returncode != 0, res.stdout[:2000]
     assert "values don't meet the specifications of the schema" in res.stderr, res.stderr
+
+
+def test_the_user_docs_list_exactly_the_shipped_alerts() -> None:
+    text = (ROOT / "docs" / "monitoring.md").read_text()
+    documented = set(re.findall(r"^\| `(Outbox\w+)` \|", text, re.M))
+    assert documented == set(alerts())
