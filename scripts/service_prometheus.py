@@ -10,13 +10,15 @@ Usage: scripts/service_prometheus.py install   print the paths of prometheus and
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent.parent) not in sys.path:
@@ -27,10 +29,35 @@ from scripts.service_common import ServiceError, apt_install
 PROMETHEUS_READY_TIMEOUT_S = 30.0
 
 
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+
+
+@contextlib.contextmanager
+def _no_service_starts() -> Iterator[None]:
+    """The package's maintainer scripts would start a Prometheus on 0.0.0.0:9090 as a
+    system service; a policy-rc.d that refuses (exit 101, invoke-rc.d's and
+    deb-systemd-invoke's convention) keeps it from starting. One already there is kept."""
+    if POLICY_RC_D.exists():
+        yield
+        return
+    POLICY_RC_D.write_text(
+        "#!/bin/sh\n# scripts/service_prometheus.py: no service starts\nexit 101\n"
+    )
+    POLICY_RC_D.chmod(0o755)
+    try:
+        yield
+    finally:
+        POLICY_RC_D.unlink(missing_ok=True)
+
+
 def _installed(binary: str) -> Path:
     found = shutil.which(binary)
     if found is None:
-        apt_install("prometheus", "Prometheus", "PATH", recommends=False)
+        if os.geteuid() == 0:
+            with _no_service_starts():
+                apt_install("prometheus", "Prometheus", "PATH", recommends=False)
+        else:
+            apt_install("prometheus", "Prometheus", "PATH", recommends=False)  # says what to do
         found = shutil.which(binary)
     if found is None:
         raise ServiceError(f"apt-get installed prometheus but no {binary} was found on PATH")
