@@ -273,7 +273,10 @@ async def test_a_stalled_relay_raises_the_stalled_alert_on_a_real_prometheus(
                     result = await asyncio.to_thread(
                         prom.query,
                         'sum(outbox_relay_events_published_total{job="outbox-relay-healthy"}) >= 20'
-                        ' and on() max(outbox_relay_pending_rows{job="outbox-relay-healthy"}) == 0',
+                        ' and on() max(outbox_relay_pending_rows{job="outbox-relay-healthy"}) == 0'
+                        # two samples since it published: what rate() in the panels needs
+                        " and on() min(count_over_time(outbox_relay_events_published_total"
+                        '{job="outbox-relay-healthy"}[1m])) >= 2',
                     )
                     return result or None
 
@@ -299,6 +302,11 @@ async def test_a_stalled_relay_raises_the_stalled_alert_on_a_real_prometheus(
     assert by_name["OutboxRelayNotReady"]["labels"]["job"] == "outbox-relay-stalled"
     # No alert ever names the healthy relay.
     assert not [a for a in alerts if a["labels"].get("job") == "outbox-relay-healthy"], alerts
-    # Every dashboard panel's query is valid PromQL for Prometheus (results may be empty).
+    # Every dashboard panel's query is valid PromQL for Prometheus, and the relay panels
+    # that have something to show with these two relays show it.
     assert all(r["resultType"] in ("vector", "scalar", "matrix") for r in results.values())
+    for panel in ("Published events/s", "Backlog", "Oldest pending event", "Ready replicas",
+                  "Shards held", "Lease changes", "Rows per batch"):  # fmt: skip
+        shown = [w for w, r in results.items() if w.startswith(f"panel {panel!r}") and r["result"]]
+        assert shown, (panel, {w: r for w, r in results.items() if panel in w})
     print(f"relays started to alerts checked: {elapsed:.1f}s")
