@@ -145,6 +145,13 @@ def test_the_dashboard_is_well_formed() -> None:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert metric_names(target["expr"]), (panel["title"], target["expr"])
+    cells = [
+        (x, y)
+        for panel in dash["panels"]
+        for x in range(panel["gridPos"]["x"], panel["gridPos"]["x"] + panel["gridPos"]["w"])
+        for y in range(panel["gridPos"]["y"], panel["gridPos"]["y"] + panel["gridPos"]["h"])
+    ]
+    assert len(cells) == len(set(cells)), "panels overlap"
     # Relay and consumer panels both.
     used = set().union(*(metric_names(e) for e in dashboard_exprs().values()))
     assert any(n.startswith("outbox_relay_") for n in used)
