@@ -382,14 +382,14 @@ async def run(args: argparse.Namespace) -> int:
         if args.plot:
             from bench.plot import latency_plot
 
-            latency_plot(
+            written = latency_plot(
                 Path(args.plot),
-                [("RELAY (DEFAULTS)", p.offered, p.p50_ms, p.p99_ms) for p in points],
+                [("relay (defaults)", p.offered, p.p50_ms, p.p99_ms) for p in points],
                 target_ms=25.0,
                 target_at=None,
-                title="COMMIT TO KAFKA LATENCY VS OFFERED LOAD",
+                title="Commit to Kafka latency against offered load",
             )
-            print(f"plot: {args.plot}")
+            print("plot: " + ", ".join(map(str, written)))
         return 0
     finally:
         if relay is not None:
@@ -441,7 +441,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--idle-s", type=float, default=10.0, help="idle time measured before the loads")
-    p.add_argument("--plot", help="write a latency-vs-rate PNG here")
+    p.add_argument("--plot", help="write a latency-vs-rate chart here (.svg and .png)")
     p.add_argument(
         "--transport",
         choices=["kafka", "redis"],

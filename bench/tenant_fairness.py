@@ -362,21 +362,21 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
         from bench.plot import timeline_plot
 
         series = [
-            (f"B {name.upper()}", by[name].b_timeline)
+            (f"B {name}", by[name].b_timeline)
             for name in ("idle", "fair", "plain", "fair-cap", "apart")
             if name in by
         ]
         reference = None
         if "idle" in by:
             bar = 2 * by["idle"].b(0.99)
-            reference = (f"2 X IDLE P99 = {bar:.0f} MS", bar)
-        timeline_plot(
+            reference = (f"2 x idle p99 = {bar:.0f} ms", bar)
+        written = timeline_plot(
             Path(args.plot),
             series,
-            f"TENANT B AT {args.rate:g}/S WHILE A DRAINS {args.events:,}",
+            f"Tenant B at {args.rate:g}/s while A drains {args.events:,}",
             reference=reference,
         )
-        print(f"plot: {args.plot}")
+        print("plot: " + ", ".join(map(str, written)))
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -425,7 +425,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="OUTBOX_NAME=VALUE",
         help="a setting for every configuration's relay (repeatable)",
     )
-    p.add_argument("--plot", help="write B's latency over time (PNG) here")
+    p.add_argument("--plot", help="write B's latency over time here (.svg and .png)")
     p.add_argument("--logdir", help="where the relays' logs go (default a /tmp folder)")
     args = p.parse_args(argv)
     unknown = [c for c in args.configs if c not in CONFIGS]

@@ -19,6 +19,7 @@ from consumer_lib.tracing import process_span, tracing
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.executors import AsyncExecutor, Rows, Statement, SyncExecutor
+from outbox_core.logs import trace_scope
 
 # handler(event, session) -> None or awaitable; a bulk handler takes a list of events.
 Handler = Callable[[Any, Any], Any]
@@ -84,8 +85,13 @@ _UNTRACED = contextlib.nullcontext()
 
 
 def _span(call: Call, group: str, traced: bool) -> contextlib.AbstractContextManager[Any]:
-    if traced and isinstance(call.first, ConsumedEvent):
-        return process_span(call.first, group)
+    if isinstance(call.first, ConsumedEvent):
+        if traced:
+            return process_span(call.first, group)
+        # Without an SDK the handler's JSON log lines still name the producer's trace.
+        traceparent = call.first.headers.get("traceparent")
+        if traceparent:
+            return trace_scope(traceparent)
     return _UNTRACED  # no SDK set up, or Database.apply called directly with any event
 
 

@@ -3,21 +3,32 @@
 Every line passes through redact(): passwords in URLs and `password=` pairs, and the
 known secret values the process was configured with, never reach the output, whether
 they sit in the message, an extra field or an exception's text.
+
+A JSON line carries `ts`, an ISO-8601 UTC time with milliseconds, and, where one is known,
+the W3C trace it belongs to as `trace_id` and `span_id`: from a `traceparent` field of the
+log call (an event's header), else the current OpenTelemetry span, else the traceparent of
+the event being applied (trace_scope). A malformed traceparent is dropped, never printed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import re
 import sys
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
+
+try:
+    from opentelemetry import trace as _trace
+except ImportError:  # the otel extra is optional
+    _trace = None  # type: ignore[assignment]
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 _URL_PASSWORD = re.compile(
@@ -29,6 +40,13 @@ _PAIR_PASSWORD = re.compile(
 )
 _secrets: set[str] = set()
 _ordered: list[str] = []
+# version-traceid-spanid-flags; version ff is invalid, and so are all-zero ids (W3C).
+_TRACEPARENT = re.compile(
+    r"(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})([0-9a-f]{16})-[0-9a-f]{2}"
+)
+_traceparent: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "outbox_traceparent", default=None
+)
 
 
 def _spellings(value: str) -> set[str]:
@@ -79,11 +97,58 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
 
 
+@contextlib.contextmanager
+def trace_scope(traceparent: str | None) -> Iterator[None]:
+    """Log lines inside the block belong to this W3C traceparent (an event's header), when
+    no OpenTelemetry span is current."""
+    token = _traceparent.set(traceparent)
+    try:
+        yield
+    finally:
+        _traceparent.reset(token)
+
+
+def parse_traceparent(value: object) -> tuple[str, str] | None:
+    """(trace_id, span_id) of a W3C traceparent header; None for anything malformed."""
+    if not isinstance(value, str) or len(value) > 128:
+        return None
+    # Later versions may append fields after the flags ("-..."); version 00 may not.
+    head = value[:55]
+    match = _TRACEPARENT.fullmatch(head)
+    if match is None or (len(value) > 55 and (value.startswith("00") or value[55] != "-")):
+        return None
+    return match.group(1), match.group(2)
+
+
+def _current_span_ids() -> tuple[str, str] | None:
+    if _trace is None:
+        return None
+    context = _trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
+def trace_ids(record: logging.LogRecord) -> tuple[str, str] | None:
+    """The (trace_id, span_id) a log record belongs to, if any (see the module's doc)."""
+    if "traceparent" in record.__dict__:
+        return parse_traceparent(record.__dict__["traceparent"])
+    return _current_span_ids() or parse_traceparent(_traceparent.get())
+
+
+def iso_utc(created: float) -> str:
+    """An epoch time as ISO-8601 UTC with milliseconds: 2026-12-01T20:24:16.123Z."""
+    seconds = int(created)
+    millis = min(int((created - seconds) * 1000), 999)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         fields = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        line = f"{stamp}.{int(record.msecs):03d}Z {record.levelname:<7} {record.name}: {record.getMessage()}"
+        line = (
+            f"{iso_utc(record.created)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        )
         if fields:
             line += f" {fields}"
         if record.exc_info:
@@ -94,12 +159,17 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "ts": round(record.created, 3),
+            "ts": iso_utc(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
-            **_extras(record),
         }
+        ids = trace_ids(record)
+        if ids is not None:
+            doc["trace_id"], doc["span_id"] = ids
+        extras = _extras(record)
+        extras.pop("traceparent", None)  # printed as its ids, or not at all when malformed
+        doc.update(extras)
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return redact(json.dumps(doc, default=str))

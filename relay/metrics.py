@@ -79,6 +79,11 @@ class RelayMetrics:
             registry=r,
         )
         self.replicas = Gauge("outbox_relay_replicas_live", "Live relay replicas seen.", registry=r)
+        self.ready = Gauge(
+            "outbox_relay_ready",
+            "1 while /readyz answers 200, else 0 (read at scrape).",
+            registry=r,
+        )
         self.tenant_pending = Gauge(
             "outbox_relay_tenant_pending_rows",
             "Unpublished pending rows of the tenants with the most of them; the rest as "

@@ -92,6 +92,7 @@ class RelayService:
             s.gauges, shard_count=s.shard_count, store=store, observer=self.observer, supervisor=sup
         )
         self.ops: OpsServer | None = None
+        self.observer.metrics.ready.set_function(lambda: float(self.readyz().ok))
 
     @property
     def stats(self) -> RelayStats:

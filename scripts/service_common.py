@@ -74,7 +74,7 @@ def run(
     return subprocess.run(list(cmd), check=check, text=True, capture_output=True, **kw)  # type: ignore[call-overload, no-any-return]
 
 
-def apt_install(package: str, name: str, url_var: str) -> None:
+def apt_install(package: str, name: str, url_var: str, *, recommends: bool = True) -> None:
     """Install Debian's `package` with apt-get (root only); ServiceError says what to do
     otherwise (install it, or point url_var at a running server)."""
     if os.geteuid() != 0 or not shutil.which("apt-get"):
@@ -85,7 +85,8 @@ def apt_install(package: str, name: str, url_var: str) -> None:
     say(f"installing Debian's {package} package (one time)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     run(["apt-get", "update", "-q"], env=env)
-    run(["apt-get", "install", "-y", "-q", package], env=env)
+    extra = [] if recommends else ["--no-install-recommends"]
+    run(["apt-get", "install", "-y", "-q", *extra, package], env=env)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -205,11 +205,11 @@ async def run(args: argparse.Namespace) -> int:
     if args.write_docs and points:
         from bench import plot
 
-        png = ROOT / "docs" / "img" / "relay_latency.png"
+        chart = ROOT / "docs" / "img" / "relay_latency.svg"
         plot.latency_plot(
-            png, [(LABELS[p.contender], p.offered, p.p50_ms, p.p99_ms) for p in points]
+            chart, [(LABELS[p.contender], p.offered, p.p50_ms, p.p99_ms) for p in points]
         )
-        plot_rel = "img/relay_latency.png"
+        plot_rel = "img/relay_latency.svg"
     report = render(
         args, services, backlog, drains, points, plot_rel, load_before, load_after, started
     )

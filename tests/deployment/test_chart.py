@@ -29,6 +29,7 @@ from tests.deployment.support import (
     resolved_env,
     restricted_violations,
 )
+from tests.support.monitoring import PROMETHEUS_RULE_SCHEMA
 
 # Cold, the helm fixture builds helm with `go install` first (about five minutes).
 pytestmark = pytest.mark.timeout(1800)
@@ -148,6 +149,9 @@ def test_every_object_is_valid_for_the_kubernetes_api(
     for doc in rendered.docs:
         if doc["kind"] == "ServiceMonitor":
             jsonschema.validate(doc, SERVICE_MONITOR_SCHEMA)
+            continue
+        if doc["kind"] == "PrometheusRule":
+            jsonschema.validate(doc, PROMETHEUS_RULE_SCHEMA)
             continue
         # strict: a field the API does not know is an error too.
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
