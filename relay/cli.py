@@ -18,6 +18,7 @@ from typing import Any
 
 from outbox_core import logs
 from outbox_core.database_url import DatabaseUrl
+from outbox_core.distribution import version
 from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.migrate import migrate
 from relay import cli_admin
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="outbox-relay",
         description="Transactional outbox relay: publishes committed events to Kafka.",
     )
+    parser.add_argument("--version", action="version", version=f"outbox-relay {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     mig = commands.add_parser(
         "migrate",
