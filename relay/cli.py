@@ -158,6 +158,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     report = migrate(_database_url(args.database_url), shard_count=args.shard_count)
     applied = ", ".join(f"{v:04d}" for v in report.applied) or "none"
+    if report.adopted:
+        adopted = ", ".join(f"{v:04d}" for v in report.adopted)
+        print(f"migrations found already in the schema and recorded: {adopted}")
     print(
         f"migrations applied: {applied}; schema version {report.current:04d}; "
         f"shard_count {report.shard_count}"

@@ -12,7 +12,10 @@ async def check_database(store: Store, shard_count: int | None) -> int:
     applied = await store.migrations()
     known = {m.version: m for m in available(store.dialect)}
     if not applied:
-        raise StartupRefused("the database has no outbox schema: run `outbox-relay migrate` first")
+        raise StartupRefused(
+            "the database has no outbox schema, or one no migration recorded (made by "
+            "Alembic): run `outbox-relay migrate` first (it adopts tables that match)"
+        )
     for mig in applied:
         mine = known.get(mig.version)
         if mine is None:
