@@ -26,6 +26,7 @@ from outbox_core.kafka_security import KafkaSecuritySettings
 from outbox_core.settings import FlatEnvSource, FlatField, describe_errors, flat_fields, nest
 
 ENV_PREFIX = "OUTBOX_CONSUMER_"
+_MAX_INT = 2**31 - 1  # counts and sizes beyond this are a typo, not a setting
 
 _DEFAULTS: dict[str, Any] = {
     f.name: f.default
@@ -61,13 +62,20 @@ class ConsumerEnvironment(BaseSettings):
     max_attempts: int = Field(
         default=_default("max_attempts"),
         ge=1,
+        le=_MAX_INT,
         description="Handler failures of one record before it is dead-lettered.",
     )
     backoff_base_s: float = Field(
-        default=_default("backoff_base_s"), gt=0, description="First retry delay (seconds)."
+        allow_inf_nan=False,
+        default=_default("backoff_base_s"),
+        gt=0,
+        description="First retry delay (seconds).",
     )
     backoff_max_s: float = Field(
-        default=_default("backoff_max_s"), gt=0, description="Longest retry delay (seconds)."
+        allow_inf_nan=False,
+        default=_default("backoff_max_s"),
+        gt=0,
+        description="Longest retry delay (seconds).",
     )
     missing_event_id: MissingIdPolicy = Field(
         default=_default("missing_event_id"),
@@ -80,35 +88,51 @@ class ConsumerEnvironment(BaseSettings):
     max_concurrent_partitions: int = Field(
         default=_default("max_concurrent_partitions"),
         ge=1,
+        le=_MAX_INT,
         description="Partitions applied at the same time.",
     )
     max_records: int = Field(
-        default=_default("max_records"), ge=1, description="Records per fetch, all partitions."
+        default=_default("max_records"),
+        ge=1,
+        le=_MAX_INT,
+        description="Records per fetch, all partitions.",
     )
     batch: bool = Field(
         default=_default("batch"),
         description="Apply a partition's consecutive records in one transaction (off: one each).",
     )
     batch_max_records: int = Field(
-        default=_default("batch_max_records"), ge=1, description="Records in one transaction."
+        default=_default("batch_max_records"),
+        ge=1,
+        le=_MAX_INT,
+        description="Records in one transaction.",
     )
     batch_max_bytes: int = Field(
         default=_default("batch_max_bytes"),
         ge=1,
+        le=_MAX_INT,
         description="Bytes of keys and values in one transaction.",
     )
     retention_s: float = Field(
+        allow_inf_nan=False,
         default=_default("retention_s"),
         gt=0,
         description="How long processed_events rows are kept (longer than any replay window).",
     )
     purge_interval_s: float = Field(
-        default=_default("purge_interval_s"), gt=0, description="How often they are purged."
+        allow_inf_nan=False,
+        default=_default("purge_interval_s"),
+        gt=0,
+        description="How often they are purged.",
     )
     purge_batch_size: int = Field(
-        default=_default("purge_batch_size"), ge=1, description="Rows deleted per purge statement."
+        default=_default("purge_batch_size"),
+        ge=1,
+        le=_MAX_INT,
+        description="Rows deleted per purge statement.",
     )
     shutdown_grace_s: float = Field(
+        allow_inf_nan=False,
         default=_default("shutdown_grace_s"),
         ge=0,
         description="On SIGTERM, how long the records in hand may take to finish.",
@@ -131,11 +155,13 @@ class ConsumerEnvironment(BaseSettings):
         description="Address of the ops endpoint; 0.0.0.0 to let Prometheus scrape it.",
     )
     lag_interval_s: float = Field(
+        allow_inf_nan=False,
         default=_default("lag_interval_s"),
         gt=0,
         description="How often the lag gauges are refreshed.",
     )
     stall_after_s: float = Field(
+        allow_inf_nan=False,
         default=_default("stall_after_s"),
         gt=0,
         description="/healthz fails when the loop has not ticked for this long.",

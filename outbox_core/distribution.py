@@ -62,7 +62,14 @@ def version() -> str:
 
 
 def missing_modules(extra: str) -> list[str]:
-    return [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    return [name for name in EXTRAS[extra] if not _importable(name)]
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a finder that refuses it (a broken or partial install)
+        return False
 
 
 def _running_command() -> str | None:
