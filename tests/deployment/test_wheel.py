@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,6 +165,30 @@ async def _until(done: Callable[[], bool], timeout: float = 60) -> None:
         if done():
             return
         await asyncio.sleep(0.5)
+
+
+def test_the_wheel_holds_the_license_the_sql_and_a_producer_sized_base(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        [meta] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = zf.read(meta).decode()
+    info = meta.rsplit("/", 1)[0]
+    assert f"{info}/licenses/LICENSE" in names
+    for needed in (
+        "outbox_core/sql/postgres/outbox_events.sql",
+        "outbox_core/migrations/postgres/0001_initial.sql",
+        "outbox_core/migrations/sqlite/schema.sql",
+        "producer_lib/py.typed",
+    ):
+        assert needed in names
+    requires = [
+        line.split(": ", 1)[1]
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist: ")
+    ]
+    base = sorted(r for r in requires if "extra ==" not in r)
+    assert base == ["psycopg[binary]<4,>=3.1", "sqlalchemy[asyncio]<3,>=2.0"]
+    assert "License-Expression: Apache-2.0" in metadata
 
 
 def test_the_readme_installs_the_base_and_both_extras() -> None:
