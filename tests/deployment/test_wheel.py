@@ -207,6 +207,13 @@ async def test_base_relay_and_consumer_installs_from_the_wheel(
     event_id = base.ok([base.bin("python"), "-c", emit, str(outbox_db), topic]).strip()
     refused = base.run([base.bin("outbox-relay"), "--version"])
     assert (refused.returncode, refused.stderr) == (2, RELAY_NEEDS + "\n")
+    refused = base.run([base.bin("outbox-consumer"), "--version"])
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(
+        "outbox-relay: the consumer needs the 'consumer' extra: "
+        "pip install 'outbox-relay[consumer]' (missing: aiokafka"
+    )
+    assert refused.stderr.count("\n") == 1
     imported = base.run([base.bin("python"), "-c", "import consumer_lib"])
     assert imported.returncode == 1
     assert "MissingExtra: outbox-relay: the consumer needs the 'consumer' extra" in imported.stderr

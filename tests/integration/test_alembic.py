@@ -6,6 +6,7 @@ operations (outbox_core.alembic_ops) are recognised instead of applied twice."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +16,13 @@ import pytest
 from sqlalchemy import create_engine
 
 from outbox_core.alembic_ops import UPGRADES
-from outbox_core.migrate import available
+from outbox_core.migrate import available, schema_sql
 from outbox_core.tables import metadata
 from producer_lib import MigrationError, Outbox, migrate
 from tests.conftest import TopicFactory
 from tests.integration.test_migrations import ALL, catalog
 from tests.support import postgres as pg_support
-from tests.support.db import Backend, postgres_backend
+from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import read_topic
 from tests.support.processes import ChildProcess
 from tests.support.readme import blocks
@@ -197,3 +198,15 @@ def test_alembic_operations_equal_the_sql_migration_and_are_recorded_not_applied
         assert catalog(backend) == catalog(migrated)
     finally:
         pg_support.drop_database(postgres_admin, name)
+
+
+def test_sqlite_tables_no_migration_recorded_are_refused_not_stamped(tmp_path: Path) -> None:
+    path = tmp_path / "made-by-hand.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(schema_sql("sqlite"))
+    with pytest.raises(MigrationError, match="adopted on Postgres only"):
+        migrate(f"sqlite:///{path}")
+    # Rolled back whole: not even the bookkeeping table was left behind.
+    tables = [r[0] for r in sqlite_backend(path).fetch("schema_tables")]
+    assert "outbox_events" in tables
+    assert "outbox_schema_migrations" not in tables
