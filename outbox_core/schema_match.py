@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from outbox_core.errors import MigrationError
+from outbox_core.errors import DatabaseError, MigrationError
 from outbox_core.executors import PsycopgExecutor, Rows, Statement
 
 REFERENCE = "outbox_migration_reference"
 _PARTS = ("columns", "indexes", "constraints")
 _ONE = {"columns": "column", "indexes": "index", "constraints": "constraint"}
 _SHOWN = 6  # differences named in a refusal
+_DENIED = "42501"  # insufficient_privilege
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,16 @@ def reference_shapes(conn: Any, migrations: Sequence[Any]) -> list[Shape]:
     db = PsycopgExecutor(conn)
     shapes = []
     with conn.transaction(force_rollback=True):
-        db.run(Statement("migration_reference_create"))
+        try:
+            db.run(Statement("migration_reference_create"))
+        except DatabaseError as exc:
+            if exc.sqlstate != _DENIED:
+                raise
+            raise MigrationError(
+                "the database holds outbox tables no migration recorded; comparing them with "
+                "the migrations needs CREATE on the database (for a scratch schema that is "
+                "rolled back): grant it to this role, or migrate as the database's owner"
+            ) from exc
         db.run(Statement("migration_reference_use"))
         shapes.append(describe(db, REFERENCE, None))
         for mig in migrations:

@@ -24,6 +24,7 @@ from tests.integration.test_migrations import ALL, catalog
 from tests.support import postgres as pg_support
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import read_topic
+from tests.support.ops import login_roles, role_statement, with_user
 from tests.support.processes import ChildProcess
 from tests.support.readme import blocks
 from tests.support.relay import relay_env, wait_drained
@@ -210,3 +211,19 @@ def test_sqlite_tables_no_migration_recorded_are_refused_not_stamped(tmp_path: P
     tables = [r[0] for r in sqlite_backend(path).fetch("schema_tables")]
     assert "outbox_events" in tables
     assert "outbox_schema_migrations" not in tables
+
+
+def test_adopting_without_create_on_the_database_says_what_is_needed(
+    pg_url: str, postgres_admin: str
+) -> None:
+    with login_roles(postgres_admin, pg_url, ["migrator"]) as made:
+        role, password = made["migrator"]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(role_statement("role_schema_create_grant", role))
+        as_migrator = with_user(pg_url, role, password)
+        engine = create_engine(as_migrator.replace("postgresql://", "postgresql+psycopg://", 1))
+        with engine.begin() as conn:
+            metadata.create_all(conn)
+        engine.dispose()
+        with pytest.raises(MigrationError, match="needs CREATE on the database"):
+            migrate(as_migrator)
