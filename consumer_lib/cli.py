@@ -16,6 +16,7 @@ import asyncio
 import importlib
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +38,7 @@ from outbox_core import logs
 from outbox_core.distribution import version
 
 log = logging.getLogger("consumer_lib")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def add_app_dir(app_dir: str) -> str:
@@ -119,8 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="directory put first on sys.path to import the app from [default: .]",
     )
-    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    run.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+    run.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help=f"log level [env {ENV_PREFIX}LOG_LEVEL; default INFO]",
+    )
+    run.add_argument(
+        "--log-json",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"one JSON object per log line [env {ENV_PREFIX}LOG_JSON; default False]",
+    )
     for field in settings_fields():
         info = field.info
         default = "(required)" if info.is_required() else info.default
@@ -148,9 +159,27 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _logging(args: argparse.Namespace) -> tuple[str, bool]:
+    """The log level and format: the flags, else OUTBOX_CONSUMER_LOG_LEVEL / _LOG_JSON."""
+    level = args.log_level or os.environ.get(f"{ENV_PREFIX}LOG_LEVEL", "INFO").upper()
+    if level not in LOG_LEVELS:
+        raise ConsumerConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+    if args.log_json is not None:
+        return level, bool(args.log_json)
+    text = os.environ.get(f"{ENV_PREFIX}LOG_JSON", "false").strip().lower()
+    if text not in ("true", "false", "1", "0", "yes", "no"):
+        raise ConsumerConfigError(f"{ENV_PREFIX}LOG_JSON must be true or false")
+    return level, text in ("true", "1", "yes")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.configure(args.log_level, args.log_json)
+    try:
+        level, json_lines = _logging(args)
+    except ConsumerConfigError as exc:
+        print(f"outbox-consumer: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(level, json_lines)
     set_flags(_flags(args))
     unknown = unknown_env_names()
     if unknown:

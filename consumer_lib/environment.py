@@ -26,6 +26,8 @@ from outbox_core.kafka_security import KafkaSecuritySettings
 from outbox_core.settings import FlatEnvSource, FlatField, describe_errors, flat_fields, nest
 
 ENV_PREFIX = "OUTBOX_CONSUMER_"
+# Read by `outbox-consumer run` itself, before any app is imported.
+COMMAND_ONLY = ("LOG_LEVEL", "LOG_JSON")
 _MAX_INT = 2**31 - 1  # counts and sizes beyond this are a typo, not a setting
 
 _DEFAULTS: dict[str, Any] = {
@@ -251,6 +253,7 @@ def settings_fields() -> list[FlatField]:
 def unknown_env_names(environ: Mapping[str, str] | None = None) -> list[str]:
     """OUTBOX_CONSUMER_* variables that name no setting (a typo): they are ignored."""
     known = {field.env(ENV_PREFIX) for field in settings_fields()}
+    known |= {f"{ENV_PREFIX}{name}" for name in COMMAND_ONLY}
     names = os.environ if environ is None else environ
     return sorted(n for n in names if n.upper().startswith(ENV_PREFIX) and n.upper() not in known)
 

@@ -248,6 +248,33 @@ def test_a_misspelt_variable_is_named_in_a_warning(service: Path) -> None:
     assert "name no setting" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"OUTBOX_CONSUMER_LOG_LEVEL": "LOUD"}, "OUTBOX_CONSUMER_LOG_LEVEL must be one of"),
+        ({"OUTBOX_CONSUMER_LOG_JSON": "sometimes"}, "OUTBOX_CONSUMER_LOG_JSON must be true"),
+    ],
+)
+def test_bad_log_settings_exit_2(service: Path, env: dict[str, str], says: str) -> None:
+    result = _cli(service, "run", "svc_factory:make", **env)
+    assert result.returncode == 2
+    assert says in result.stderr
+
+
+def test_log_settings_from_the_environment(service: Path) -> None:
+    result = _cli(
+        service,
+        "run",
+        "svc_factory:make",
+        OUTBOX_CONSUMER_LOG_JSON="true",
+        OUTBOX_CONSUMER_LOG_LEVEL="debug",
+        OUTBOX_CONSUMER_GROUP_ID="g",
+    )
+    lines = [line for line in result.stderr.splitlines() if line.startswith("{")]
+    assert lines, result.stderr  # JSON lines, and no warning that the names are unknown
+    assert "name no setting" not in result.stderr
+
+
 def test_help_lists_every_setting_with_its_variable(service: Path) -> None:
     out = _cli(service, "run", "--help").stdout
     for env in ("OUTBOX_CONSUMER_GROUP_ID", "OUTBOX_CONSUMER_KAFKA_SASL_PASSWORD_FILE"):
