@@ -70,6 +70,7 @@ class Outbox:
 
     shard_count is the database's (outbox_settings, read on the first emit): leave it
     out. Given, it must equal the database's (checked once per Outbox: ShardCountMismatch).
+    Either way it is read once, so one Outbox serves one outbox database.
     per_key_lock (Postgres) makes events of one (topic, key) commit in id order by taking
     a transaction-scoped advisory lock at emit: writers of the same key queue behind each
     other until commit. Turn it off only when one writer per key is guaranteed otherwise.
