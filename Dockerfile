@@ -18,11 +18,12 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 # Dependencies first, pinned by constraints.txt: this layer is reused until they change.
 COPY pyproject.toml constraints.txt ./
-# With the redis extra: one image serves OUTBOX_TRANSPORT=kafka and =redis.
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['redis']))" > requirements.txt \
+# The relay and consumer extras, and redis: one image serves both commands and
+# OUTBOX_TRANSPORT=kafka and =redis.
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; e = p['optional-dependencies']; print('\n'.join(p['dependencies'] + e['relay'] + e['consumer'] + e['redis']))" > requirements.txt \
  && /opt/venv/bin/pip install -c constraints.txt -r requirements.txt
 # Then the project itself (its dependencies are already there, at the pinned versions).
-COPY README.md ./
+COPY README.md LICENSE ./
 COPY outbox_core ./outbox_core
 COPY relay ./relay
 COPY producer_lib ./producer_lib

@@ -11,7 +11,14 @@
         session.add(Invoice(order_id=event.payload["order_id"]))
 
 Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`.
+Installed with the `consumer` extra (`pip install 'outbox-relay[consumer]'`).
 """
+
+from outbox_core.distribution import require
+
+require("consumer", "consumer")
+
+# The extra is checked before anything that needs it is imported.
 
 from consumer_lib.app import ConsumerApp
 from consumer_lib.consumer import Consumer, run_consumer

@@ -44,6 +44,14 @@ class ConsumerSettings:
     lag_interval_s: float = 5.0  # how often the lag gauges are refreshed (never per scrape)
     stall_after_s: float = 60.0  # /healthz fails when the loop has not ticked for this long
 
+    @classmethod
+    def from_env(cls, **defaults: Any) -> ConsumerSettings:
+        """From `outbox-consumer run` flags, OUTBOX_CONSUMER_* variables, then `defaults`
+        (flat names: group_id=..., kafka_security_protocol=...); consumer_lib.environment."""
+        from consumer_lib.environment import settings_from_env
+
+        return settings_from_env(**defaults)
+
     def dead_letter_topic_for(self, topic: str) -> str:
         return self.dead_letter_topic or f"{topic}.DLT"
 

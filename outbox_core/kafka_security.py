@@ -122,6 +122,10 @@ class KafkaSecuritySettings(SettingsGroup):
     SecretStr, or as files (mounted secrets), resolved into a KafkaSecurity."""
 
     env_infix: ClassVar[str] = "kafka_"
+    # How errors name these settings for the user (a consumer's carry its own prefix).
+    env_names: ClassVar[str] = (
+        "OUTBOX_KAFKA_SECURITY_PROTOCOL, OUTBOX_KAFKA_SSL_*, OUTBOX_KAFKA_SASL_*"
+    )
 
     security_protocol: Protocol | None = Field(
         default=None,
@@ -167,10 +171,7 @@ class KafkaSecuritySettings(SettingsGroup):
         try:
             self.resolve().check()
         except KafkaSecurityError as exc:
-            raise ValueError(
-                "Kafka security (OUTBOX_KAFKA_SECURITY_PROTOCOL, OUTBOX_KAFKA_SSL_*, "
-                f"OUTBOX_KAFKA_SASL_*): {exc}"
-            ) from None
+            raise ValueError(f"Kafka security ({self.env_names}): {exc}") from None
 
     def resolve(self) -> KafkaSecurity:
         """The options with secrets read (files win over inline values)."""

@@ -4,6 +4,12 @@ Postgres serialises migrators with a session advisory lock and applies each migr
 its own transaction; SQLite does all of it inside one BEGIN IMMEDIATE. A database that
 records a migration this code does not have, or one whose file changed since it was
 applied, is refused: running old code against a newer schema is how rows get lost.
+
+On Postgres, tables that are already there although no migration recorded them (made by
+Alembic from outbox_core.tables, or by a migration's Alembic operations) are adopted: a
+migration whose statements collide with existing objects is recorded instead of applied,
+but only once outbox_core.schema_match has shown the tables are exactly what the
+migrations create.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ import hashlib
 import re
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+
+import psycopg
 
 from outbox_core.database_url import SQLITE_BUSY_TIMEOUT_S, DatabaseUrl, Dialect
 from outbox_core.errors import ConfigurationError, DatabaseError, MigrationError, UnknownMigration
@@ -26,7 +34,16 @@ from outbox_core.executors import (
     SyncExecutor,
     translated,
 )
+from outbox_core.schema_match import schema_version
 from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS
+
+DEFAULT_SHARD_COUNT = 16  # what 0001_initial.sql records
+# What a migration raises when what it creates is already there: time to compare.
+_ALREADY_THERE = (
+    psycopg.errors.DuplicateTable,
+    psycopg.errors.DuplicateColumn,
+    psycopg.errors.DuplicateObject,
+)
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -47,6 +64,7 @@ class MigrationReport:
     applied: list[int]
     current: int
     shard_count: int
+    adopted: list[int] = field(default_factory=list)  # found in the schema, recorded
 
 
 def available(dialect: Dialect) -> list[Migration]:
@@ -104,11 +122,16 @@ def _check_known(recorded: Rows, known: list[Migration]) -> set[int]:
 
 
 def _apply_shard_count(db: SyncExecutor, shard_count: int | None) -> int:
-    recorded = int(db.run(Statement("setting_get", {"name": "shard_count"}))[0][0])
+    if shard_count is not None and not 1 <= shard_count <= MAX_SHARDS:
+        raise ConfigurationError(f"shard_count must be in 1..{MAX_SHARDS}")
+    rows = db.run(Statement("setting_get", {"name": "shard_count"}))
+    if not rows:  # an adopted schema whose revision did not insert it
+        value = str(shard_count or DEFAULT_SHARD_COUNT)
+        db.run(Statement("setting_put_missing", {"name": "shard_count", "value": value}))
+        rows = db.run(Statement("setting_get", {"name": "shard_count"}))
+    recorded = int(rows[0][0])
     if shard_count is None or shard_count == recorded:
         return recorded
-    if not 1 <= shard_count <= MAX_SHARDS:
-        raise ConfigurationError(f"shard_count must be in 1..{MAX_SHARDS}")
     pending = int(db.run(Statement("outbox_count_unpublished"))[0][0])
     if pending:
         raise ConfigurationError(
@@ -138,19 +161,44 @@ def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationRepo
             pg.run(Statement("migration_table_create"))
             done = _check_known(pg.run(Statement("migration_list")), known)
             applied: list[int] = []
+            adopted: list[int] = []
             for mig in known:
                 if mig.version in done:
                     continue
-                with conn.transaction():
-                    # No parameters: psycopg sends the file as one simple-protocol script.
-                    conn.execute(mig.sql.encode())
-                    pg.run(Statement("migration_record", _record(mig)))
+                try:
+                    with conn.transaction():
+                        # No parameters: psycopg sends the file as one simple-protocol script.
+                        conn.execute(mig.sql.encode())
+                        pg.run(Statement("migration_record", _record(mig)))
+                except _ALREADY_THERE:
+                    found = _adopt(conn, known, mig)
+                    done |= set(found)
+                    adopted += found
+                    continue
                 applied.append(mig.version)
             with conn.transaction():
                 count = _apply_shard_count(pg, shard_count)
         finally:
             pg.run(Statement("migration_unlock", lock))
-    return MigrationReport(applied, len(known), count)
+    return MigrationReport(applied, len(known), count, adopted)
+
+
+def _adopt(conn: Any, known: list[Migration], failed: Migration) -> list[int]:
+    """`failed` collided with existing objects: record it, and the migrations after it the
+    schema also holds, if the tables are exactly what they create; else refuse."""
+    version = schema_version(conn, known)
+    if version < failed.version:
+        raise MigrationError(
+            f"migration {failed.version:04d}_{failed.name} collides with objects already in "
+            f"the database, whose outbox tables match migration {version:04d} (recorded: "
+            f"up to {failed.version - 1:04d}): the schema was changed by hand"
+        )
+    found = [m for m in known if failed.version <= m.version <= version]
+    pg = PsycopgExecutor(conn)
+    with conn.transaction():
+        for mig in found:
+            pg.run(Statement("migration_record", _record(mig)))
+    return [m.version for m in found]
 
 
 def _record(mig: Migration) -> dict[str, Any]:
@@ -186,7 +234,15 @@ def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport
                 if mig.version in done:
                     continue
                 for statement in sqlite_statements(mig.sql):
-                    conn.execute(statement)
+                    try:
+                        conn.execute(statement)
+                    except sqlite3.OperationalError as exc:
+                        if "already exists" not in str(exc):
+                            raise
+                        raise MigrationError(
+                            f"migration {mig.version:04d}_{mig.name}: {exc}, yet no migration "
+                            "recorded it; existing tables are adopted on Postgres only"
+                        ) from exc
                 lite.run(Statement("migration_record", _record(mig)))
                 applied.append(mig.version)
             count = _apply_shard_count(lite, shard_count)

@@ -1,9 +1,11 @@
 """SQLAlchemy Table objects of the Postgres schema, for Alembic users.
 
 Add `outbox_core.tables.metadata` (also importable as `producer_lib.tables.metadata`) to
-your Alembic target metadata (or copy its tables into yours) and autogenerate: you get
-the same tables, constraints and partial indexes as migrations/postgres/schema.sql (tests/integration/test_tables.py checks it). Insert
-the shard_count setting in the same Alembic revision, as 0001_initial.sql does.
+your Alembic target metadata and autogenerate: you get the same tables, constraints and
+partial indexes as migrations/postgres/schema.sql (tests/integration/test_tables.py checks
+it). Then run `outbox-relay migrate`: it verifies the tables equal the migrations' and
+records them, and inserts the shard_count setting (tests/integration/test_alembic.py runs
+the README's steps). Later migrations come as Alembic operations in outbox_core.alembic_ops.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from producer_lib.errors import (
     OutboxError,
     PayloadTooLarge,
     SerializationError,
+    ShardCountMismatch,
     UnknownMigration,
     UnsupportedConnection,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "SerializationError",
     "Serialized",
     "Serializer",
+    "ShardCountMismatch",
     "UnknownMigration",
     "UnsupportedConnection",
     "migrate",

@@ -52,6 +52,19 @@ class IdempotencyConflict(OutboxError):
         self.existing_event_id = existing_event_id
 
 
+class ShardCountMismatch(ConfigurationError):
+    """Outbox(shard_count=...) disagrees with the database's outbox_settings."""
+
+    def __init__(self, configured: int, recorded: int) -> None:
+        self.configured = configured
+        self.recorded = recorded
+        super().__init__(
+            f"Outbox(shard_count={configured}) but the database records shard_count "
+            f"{recorded} (outbox_settings): leave shard_count out to use the database's; "
+            "producers and relays must agree"
+        )
+
+
 class DuplicateEventId(InvalidEvent):
     """An event with this event_id is already in the outbox."""
 
@@ -68,6 +81,7 @@ __all__ = [
     "OutboxError",
     "PayloadTooLarge",
     "SerializationError",
+    "ShardCountMismatch",
     "UnknownMigration",
     "UnsupportedConnection",
 ]

@@ -11,10 +11,10 @@ from typing import Any, Protocol
 
 from outbox_core.errors import UniqueViolation
 from outbox_core.executors import run_plan, run_plan_async
-from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS
+from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS, shard_for
 from producer_lib.errors import ConfigurationError, DuplicateEventId
 from producer_lib.events import DeliverAfter, Event, EventRow, prepare
-from producer_lib.plans import WriteOptions, emit_many, emit_one
+from producer_lib.plans import WriteOptions, database_shard_count, emit_many, emit_one
 from producer_lib.serialization import JsonSerializer, Serializer
 from producer_lib.transactions import async_executor, sync_executor
 
@@ -68,7 +68,9 @@ class EventEmitter(Protocol):
 class Outbox:
     """Writes events into outbox_events on the caller's connection, never committing.
 
-    shard_count must equal the relay's and the database's (checked once per Outbox).
+    shard_count is the database's (outbox_settings, read on the first emit): leave it
+    out. Given, it must equal the database's (checked once per Outbox: ShardCountMismatch).
+    Either way it is read once, so one Outbox serves one outbox database.
     per_key_lock (Postgres) makes events of one (topic, key) commit in id order by taking
     a transaction-scoped advisory lock at emit: writers of the same key queue behind each
     other until commit. Turn it off only when one writer per key is guaranteed otherwise.
@@ -80,7 +82,7 @@ class Outbox:
     def __init__(
         self,
         *,
-        shard_count: int = DEFAULT_SHARD_COUNT,
+        shard_count: int | None = None,
         serializer: Serializer | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         per_key_lock: bool = True,
@@ -88,7 +90,11 @@ class Outbox:
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
         notify_channel: str | None = None,
     ) -> None:
-        if not isinstance(shard_count, int) or not 1 <= shard_count <= MAX_SHARDS:
+        if shard_count is not None and (
+            not isinstance(shard_count, int)
+            or isinstance(shard_count, bool)
+            or not 1 <= shard_count <= MAX_SHARDS
+        ):
             raise ConfigurationError(f"shard_count must be an int in 1..{MAX_SHARDS}")
         if not isinstance(max_event_bytes, int) or max_event_bytes < 1024:
             raise ConfigurationError("max_event_bytes must be an int of at least 1024")
@@ -98,26 +104,33 @@ class Outbox:
             raise ConfigurationError("lock_namespace must fit a signed 32-bit int")
         if notify_channel is not None and not _CHANNEL.match(notify_channel):
             raise ConfigurationError("notify_channel must be a lowercase SQL identifier")
-        self.shard_count = shard_count
+        self.shard_count: int | None = shard_count
         self.serializer: Serializer = serializer or JsonSerializer()
         self.max_event_bytes = max_event_bytes
         self._opts = WriteOptions(
             scope=idempotency_scope,
             per_key_lock=per_key_lock,
             lock_namespace=lock_namespace,
-            shard_count=shard_count,
+            shard_count=shard_count or 0,
             check_shard_count=True,
             notify_channel=notify_channel,
         )
 
     def prepare(self, event: Event) -> EventRow:
-        """Validate and serialize without writing: the checks every emit runs first."""
+        """Validate and serialize without writing: the checks every emit runs first.
+        Until the database's shard_count is known, the row's shard is the default's."""
         return prepare(
             event,
             serializer=self.serializer,
-            shard_count=self.shard_count,
+            shard_count=self.shard_count or DEFAULT_SHARD_COUNT,
             max_event_bytes=self.max_event_bytes,
         )
+
+    def _learned(self, recorded: int, rows: list[EventRow]) -> list[EventRow]:
+        """The database's shard_count is now known: the rows are sharded by it."""
+        self.shard_count = recorded
+        self._opts = replace(self._opts, shard_count=recorded, check_shard_count=False)
+        return [replace(r, shard=shard_for(r.key, recorded)) for r in rows]
 
     def _checked(self) -> None:
         # The database's shard_count cannot change under a running producer.
@@ -160,6 +173,8 @@ class Outbox:
             )
         )
         executor = sync_executor(conn)
+        if self.shard_count is None:
+            [row] = self._learned(run_plan(database_shard_count(), executor), [row])
         with _duplicates_named():
             result: uuid.UUID = run_plan(emit_one(row, executor.dialect, self._opts), executor)
         self._checked()
@@ -169,6 +184,8 @@ class Outbox:
         """Write many events in one statement (per event when idempotency keys are used)."""
         rows = [self.prepare(e) for e in events]
         executor = sync_executor(conn)
+        if self.shard_count is None and rows:
+            rows = self._learned(run_plan(database_shard_count(), executor), rows)
         with _duplicates_named():
             result: list[uuid.UUID] = run_plan(
                 emit_many(rows, executor.dialect, self._opts), executor
@@ -205,6 +222,9 @@ class Outbox:
             )
         )
         executor = await async_executor(conn)
+        if self.shard_count is None:
+            recorded = await run_plan_async(database_shard_count(), executor)
+            [row] = self._learned(recorded, [row])
         with _duplicates_named():
             result: uuid.UUID = await run_plan_async(
                 emit_one(row, executor.dialect, self._opts), executor
@@ -215,6 +235,8 @@ class Outbox:
     async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
         rows = [self.prepare(e) for e in events]
         executor = await async_executor(conn)
+        if self.shard_count is None and rows:
+            rows = self._learned(await run_plan_async(database_shard_count(), executor), rows)
         with _duplicates_named():
             result: list[uuid.UUID] = await run_plan_async(
                 emit_many(rows, executor.dialect, self._opts), executor

@@ -16,7 +16,7 @@ from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.executors import Plan, Statement
 from outbox_core.sharding import lock_key
-from producer_lib.errors import ConfigurationError, IdempotencyConflict
+from producer_lib.errors import ConfigurationError, IdempotencyConflict, ShardCountMismatch
 from producer_lib.events import EventRow
 
 
@@ -25,7 +25,7 @@ class WriteOptions:
     scope: str
     per_key_lock: bool
     lock_namespace: int
-    shard_count: int
+    shard_count: int  # 0 until the database's is known
     check_shard_count: bool
     notify_channel: str | None = None
 
@@ -55,18 +55,20 @@ def _db_uuid(value: Any) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
-def check_shard_count(opts: WriteOptions) -> Plan:
+def database_shard_count() -> Plan:
+    """The shard_count the database records: the one producers and relays share."""
     rows = yield Statement("setting_get", {"name": "shard_count"})
     if not rows:
         raise ConfigurationError(
             "outbox_settings has no shard_count: run the migrations (outbox-relay migrate)"
         )
-    recorded = int(rows[0][0])
+    return int(rows[0][0])
+
+
+def check_shard_count(opts: WriteOptions) -> Plan:
+    recorded = yield from database_shard_count()
     if recorded != opts.shard_count:
-        raise ConfigurationError(
-            f"this producer uses shard_count={opts.shard_count} but the database records "
-            f"{recorded}; producers and relays must agree"
-        )
+        raise ShardCountMismatch(opts.shard_count, recorded)
 
 
 def emit_one(row: EventRow, dialect: Dialect, opts: WriteOptions) -> Plan:

@@ -18,6 +18,7 @@ from typing import Any
 
 from outbox_core import logs
 from outbox_core.database_url import DatabaseUrl
+from outbox_core.distribution import version
 from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.migrate import migrate
 from relay import cli_admin
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="outbox-relay",
         description="Transactional outbox relay: publishes committed events to Kafka.",
     )
+    parser.add_argument("--version", action="version", version=f"outbox-relay {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     mig = commands.add_parser(
         "migrate",
@@ -156,6 +158,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     report = migrate(_database_url(args.database_url), shard_count=args.shard_count)
     applied = ", ".join(f"{v:04d}" for v in report.applied) or "none"
+    if report.adopted:
+        adopted = ", ".join(f"{v:04d}" for v in report.adopted)
+        print(f"migrations found already in the schema and recorded: {adopted}")
     print(
         f"migrations applied: {applied}; schema version {report.current:04d}; "
         f"shard_count {report.shard_count}"

@@ -82,11 +82,12 @@ class RelaySettings(BaseSettings):
     redis: RedisSettings = Field(default_factory=RedisSettings)
     redis_stream: RedisStreamSettings = Field(default_factory=RedisStreamSettings)
     topics: TopicSettings = Field(default_factory=TopicSettings)
-    shard_count: int = Field(
-        default=16,
+    shard_count: int | None = Field(
+        default=None,
         ge=1,
         le=MAX_SHARDS,
-        description="Number of shards; must equal the database's (outbox-relay migrate --shard-count).",
+        description="Number of shards. Unset: the database's (outbox_settings, set by "
+        "outbox-relay migrate --shard-count); when set, it must equal the database's.",
     )
     batch: BatchSettings = Field(default_factory=BatchSettings)
     tenants: TenantSettings = Field(default_factory=TenantSettings)

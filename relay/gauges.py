@@ -51,13 +51,14 @@ class Gauges:
         supervisor: Supervisor,
     ) -> None:
         self.settings = settings
-        self._shard_count = shard_count
+        # The database's, set again by the service once start-up has read it.
+        self.shard_count = shard_count
         self._store = store
         self._observer = observer
         self._sup = supervisor
 
     async def run_once(self) -> Backlog:
-        backlog = await self._store.backlog(self._shard_count)
+        backlog = await self._store.backlog(self.shard_count)
         self._observer.backlog(backlog)
         if self.settings.tenant_top:
             by_tenant = await self._store.backlog_by_tenant(self.settings.tenant_top)

@@ -113,7 +113,8 @@ class LeaseKeeper:
         supervisor: Supervisor,
     ) -> None:
         self.settings = settings
-        self._shard_count = shard_count
+        # The database's, set again by the service once start-up has read it.
+        self.shard_count = shard_count
         self._store = store
         self._cycle = cycle
         self._observer = observer
@@ -127,7 +128,7 @@ class LeaseKeeper:
                 self._store,
                 me=s.replica_id,
                 held=self._cycle.held,
-                shard_count=self._shard_count,
+                shard_count=self.shard_count,
                 ttl_s=s.lease_ttl_s,
                 accepting=not self._sup.stopping.is_set(),
             )

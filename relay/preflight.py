@@ -7,11 +7,15 @@ from relay.errors import StartupRefused
 from relay.store import Store
 
 
-async def check_database(store: Store, shard_count: int) -> None:
+async def check_database(store: Store, shard_count: int | None) -> int:
+    """The shard_count to run with: the database's, which a configured one must equal."""
     applied = await store.migrations()
     known = {m.version: m for m in available(store.dialect)}
     if not applied:
-        raise StartupRefused("the database has no outbox schema: run `outbox-relay migrate` first")
+        raise StartupRefused(
+            "the database has no outbox schema, or one no migration recorded (made by "
+            "Alembic): run `outbox-relay migrate` first (it adopts tables that match)"
+        )
     for mig in applied:
         mine = known.get(mig.version)
         if mine is None:
@@ -31,11 +35,13 @@ async def check_database(store: Store, shard_count: int) -> None:
             "run `outbox-relay migrate`"
         )
     recorded = await store.shard_count()
-    if recorded != shard_count:
+    if shard_count is not None and recorded != shard_count:
         raise StartupRefused(
             f"shard_count mismatch: the relay is configured with {shard_count}, the "
-            f"database records {recorded} (OUTBOX_SHARD_COUNT must equal producers' setting)"
+            f"database records {recorded}: leave OUTBOX_SHARD_COUNT unset to use the "
+            "database's (change it with `outbox-relay migrate --shard-count`)"
         )
     highest = await store.max_pending_shard()
-    if highest >= shard_count:
-        raise StartupRefused(f"pending events carry shard {highest}, outside 0..{shard_count - 1}")
+    if highest >= recorded:
+        raise StartupRefused(f"pending events carry shard {highest}, outside 0..{recorded - 1}")
+    return recorded

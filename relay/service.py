@@ -81,7 +81,7 @@ class RelayService:
         store, sup = self.store, self.supervisor
         self.leases = LeaseKeeper(
             s.leases,
-            shard_count=s.shard_count,
+            shard_count=s.shard_count or 0,  # the database's, read at start-up
             store=store,
             cycle=self.cycle,
             observer=self.observer,
@@ -89,7 +89,11 @@ class RelayService:
         )
         self.purger = Purger(s.purge, store=store, supervisor=sup)
         self.gauges = Gauges(
-            s.gauges, shard_count=s.shard_count, store=store, observer=self.observer, supervisor=sup
+            s.gauges,
+            shard_count=s.shard_count or 0,
+            store=store,
+            observer=self.observer,
+            supervisor=sup,
         )
         self.ops: OpsServer | None = None
         self.observer.metrics.ready.set_function(lambda: float(self.readyz().ok))
@@ -117,7 +121,8 @@ class RelayService:
         s, sup = self.settings, self.supervisor
         await self.store.open()
         try:
-            await check_database(self.store, s.shard_count)
+            shard_count = await check_database(self.store, s.shard_count)
+            self.leases.shard_count = self.gauges.shard_count = shard_count
             if s.http.enabled:
                 self.ops = OpsServer(
                     s.http.host,
@@ -138,7 +143,7 @@ class RelayService:
                 "relay started",
                 extra={
                     "replica": s.leases.replica_id,
-                    "shards": s.shard_count,
+                    "shards": shard_count,
                     "db": self.store.dialect,
                 },
             )

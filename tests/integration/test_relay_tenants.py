@@ -101,7 +101,7 @@ async def test_the_gauges_show_the_top_tenants_and_the_rest(backend: Backend, st
     observer = RelayObserver()
     gauges = Gauges(
         settings.gauges,
-        shard_count=settings.shard_count,
+        shard_count=16,
         store=store,
         observer=observer,
         supervisor=Supervisor(logging.getLogger("test")),

@@ -91,3 +91,13 @@ SELECT percentile_disc(%(q)s) WITHIN GROUP (ORDER BY id) FROM outbox_events;
 
 -- name: server_setting
 SELECT current_setting(%(name)s);
+
+-- name: outbox_tenant_index_drop
+-- An adopted schema changed by hand: an index the fair claim needs is gone.
+DROP INDEX outbox_events_tenant_idx;
+
+-- name: outbox_attempts_default_change
+ALTER TABLE outbox_events ALTER COLUMN attempts SET DEFAULT 1;
+
+-- name: outbox_settings_clear
+DELETE FROM outbox_settings;

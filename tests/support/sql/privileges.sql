@@ -12,6 +12,10 @@ DROP OWNED BY {role};
 -- name: role_drop
 DROP ROLE IF EXISTS {role};
 
+-- name: role_schema_create_grant
+-- A role that may create tables in public, but not schemas in the database.
+GRANT USAGE, CREATE ON SCHEMA public TO {role};
+
 -- Probes: each is run as one role, which must (or must not) be allowed to run it.
 
 -- name: probe_events_delete
