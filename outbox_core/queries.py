@@ -14,7 +14,7 @@ A rule that several statements of a file share is written once, as a fragment:
     -- name: outbox_claim_batch
     {{claim_rows(rule=key_not_blocked, tenant=nothing)}}
 
-`{{name}}` stands for a fragment of the same file; `{{name(slot=value, ...)}}` fills the
+`{{name}}` stands for a fragment of the same file (or its shared twin, below); `{{name(slot=value, ...)}}` fills the
 fragment's slots, each with a fragment's name, one of the enclosing fragment's own slots,
 or `nothing` (no text). Every slot is filled explicitly, so a statement that leaves a rule
 out says so. References are expanded once, when the registry loads: the statements it
@@ -22,6 +22,12 @@ hands out are whole static SQL, as if written out (drivers prepare and plan them
 such). A multi-line fragment takes the indentation of the line it stands on; a line
 holding only a reference that expands to nothing is dropped. The comment lines a fragment
 starts with document it in the .sql file and are not copied into statements.
+
+What every dialect writes alike stands once in sql/shared/<table>.sql, with `:name`
+parameters (rewritten to the dialect driver's style at load); its blocks and the
+dialect's file for the table are one scope, so a shared statement is composed from
+fragments each dialect writes its own way. A new dialect writes those fragments and takes
+the shared statements as they are.
 
 Loading refuses, with the file and statement named: an unknown fragment or slot, a slot
 left unfilled or filled twice, a fragment referring to itself through any chain, a
@@ -35,10 +41,21 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 from outbox_core.database_url import DIALECTS, Dialect
 
-__all__ = ["DIALECTS", "Dialect", "parse_blocks", "queries", "query"]
+__all__ = [
+    "DIALECTS",
+    "SHARED",
+    "Dialect",
+    "in_parameter_style",
+    "parse_blocks",
+    "queries",
+    "query",
+]
+
+SHARED = "shared"  # sql/shared/<table>.sql: the blocks every dialect takes
 
 NOTHING = "nothing"  # the slot value that stands for no text
 
@@ -204,13 +221,27 @@ def _read_blocks(text: str) -> tuple[dict[str, str], dict[str, _Fragment]]:
     return statements, fragments
 
 
-def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
+def _merge(
+    into: tuple[dict[str, str], dict[str, _Fragment]],
+    more: tuple[dict[str, str], dict[str, _Fragment]],
+) -> None:
+    for name in (set(more[0]) | set(more[1])) & (set(into[0]) | set(into[1])):
+        raise ValueError(f"{name!r} is defined in both files")
+    into[0].update(more[0])
+    into[1].update(more[1])
+
+
+def parse_blocks(text: str, source: str = "<sql>", *, shared: str | None = None) -> dict[str, str]:
     """Split a .sql file into {name: statement}, fragments expanded; comments before a
-    block stay with it."""
+    block stay with it. shared: the text of the blocks every dialect takes for this table
+    (already in this dialect's parameter style), one scope with this file's."""
     try:
-        statements, fragments = _read_blocks(text)
+        blocks = _read_blocks(text)
+        if shared is not None:
+            _merge(blocks, _read_blocks(shared))
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+    statements, fragments = blocks
     expander = _Expander(fragments, source)
     expanded = {name: expander.statement(name, body) for name, body in statements.items()}
     unused = sorted(set(fragments) - expander.used)
@@ -219,17 +250,52 @@ def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
     return expanded
 
 
+# How each dialect's driver writes a named parameter: sqlite3 takes `:name` as the shared
+# files do; psycopg takes `%(name)s`, and a literal % doubled.
+_PARAMETER_STYLE: dict[Dialect, str] = {"postgres": "pyformat", "sqlite": "named"}
+# A quoted string or a comment (left as they are but for %), a `:name` parameter (not the
+# second colon of a `::` cast), or a lone %.
+_SHARED_TOKEN = re.compile(rf"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):({_IDENT})|%")
+
+
+def in_parameter_style(text: str, dialect: Dialect) -> str:
+    """A shared file's text (`:name` parameters) as the dialect's driver takes it."""
+    if _PARAMETER_STYLE[dialect] == "named":
+        return text
+
+    def rewrite(match: re.Match[str]) -> str:
+        if match[1] is not None:
+            return f"%({match[1]})s"
+        return match[0].replace("%", "%%")
+
+    return _SHARED_TOKEN.sub(rewrite, text)
+
+
+def _sql_files(folder: Traversable) -> dict[str, Traversable]:
+    if not folder.is_dir():
+        return {}
+    return {e.name: e for e in folder.iterdir() if e.name.endswith(".sql")}
+
+
 @functools.cache
 def queries(dialect: Dialect) -> dict[str, str]:
-    """All named queries of one dialect, from every table's file."""
+    """All named queries of one dialect, from every table's file and its shared twin."""
     found: dict[str, str] = {}
-    folder = resources.files("outbox_core") / "sql" / dialect
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql"):
-            continue
-        for name, statement in parse_blocks(entry.read_text("utf-8"), entry.name).items():
+    root = resources.files("outbox_core") / "sql"
+    own, shared = _sql_files(root / dialect), _sql_files(root / SHARED)
+    for file in sorted(own.keys() | shared.keys()):
+        source = " + ".join(
+            f"{d}/{file}" for d, f in ((dialect, own), (SHARED, shared)) if file in f
+        )
+        common = shared[file].read_text("utf-8") if file in shared else None
+        blocks = parse_blocks(
+            own[file].read_text("utf-8") if file in own else "",
+            source,
+            shared=None if common is None else in_parameter_style(common, dialect),
+        )
+        for name, statement in blocks.items():
             if name in found:
-                raise ValueError(f"{dialect}/{entry.name}: query {name!r} is defined twice")
+                raise ValueError(f"{source}: query {name!r} is defined twice")
             found[name] = statement
     return found
 

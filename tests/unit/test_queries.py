@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from outbox_core.queries import DIALECTS, Dialect, parse_blocks, queries, query
+from outbox_core.queries import DIALECTS, Dialect, in_parameter_style, parse_blocks, queries, query
 
 # Queries every dialect must provide; Postgres-only extras (batch insert, advisory locks)
 # are listed apart so a missing SQLite twin is a decision, not an accident.
@@ -178,3 +178,30 @@ def test_every_shipped_statement_is_static_sql(dialect: Dialect) -> None:
     for name, statement in queries(dialect).items():
         assert "{{" not in statement, name
         assert "}}" not in statement, name
+
+
+def test_shared_blocks_are_composed_from_the_dialect_s_fragments() -> None:
+    own = "-- fragment: rule\nAND x > 0\n-- name: a_get\nSELECT {{cols}} FROM t;\n"
+    shared = "-- fragment: cols\na, b\n-- name: b_get\nSELECT 1 WHERE true {{rule}};\n"
+    assert parse_blocks(own, "d/t.sql", shared=shared) == {
+        "a_get": "SELECT a, b FROM t",
+        "b_get": "SELECT 1 WHERE true AND x > 0",
+    }
+
+
+def test_a_name_in_both_a_dialect_s_file_and_the_shared_one_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"d/t\.sql: 'a_get' is defined in both files"):
+        parse_blocks("-- name: a_get\nSELECT 1;\n", "d/t.sql", shared="-- name: a_get\nSELECT 2;\n")
+
+
+def test_a_shared_statement_needs_every_dialect_to_write_its_fragments() -> None:
+    with pytest.raises(ValueError, match=r"query 'b_get': unknown fragment 'rule'"):
+        parse_blocks("", "d/t.sql", shared="-- name: b_get\nSELECT 1 {{rule}};\n")
+
+
+def test_shared_parameters_take_each_driver_s_style() -> None:
+    text = "SELECT :a, x::int, (:b), '12:30 %' || ':c', 5 % 2 -- :d 100%\nWHERE y=:e_2"
+    assert in_parameter_style(text, "sqlite") == text
+    assert in_parameter_style(text, "postgres") == (
+        "SELECT %(a)s, x::int, (%(b)s), '12:30 %%' || ':c', 5 %% 2 -- :d 100%%\nWHERE y=%(e_2)s"
+    )

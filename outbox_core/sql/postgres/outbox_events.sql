@@ -174,29 +174,6 @@ FROM outbox_events e
 WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
 ORDER BY e.id
 
--- name: outbox_claim_batch
-{{claim_per_shard(tenant=nothing, rule=key_not_blocked)}};
-
--- name: outbox_claim_batch_skip
-{{claim_per_shard(tenant=nothing, rule=nothing)}};
-
--- name: outbox_claim_batch_tenant
--- fair_tenants, a lane claiming for one tenant (relay/lanes.py: the bulk lane while one
--- tenant has a backlog). Turns within one tenant are its rows in id order, so this returns
--- what outbox_claim_batch_fair would (limit is min(tenant_max_rows, batch_size)), but as
--- outbox_claim_batch does: one walk of that tenant's entries of outbox_events_tenant_idx
--- per shard, each row read once (the fair claim ranks ids, then reads the rows again).
-{{claim_per_shard(tenant=one_tenant, rule=key_not_blocked)}};
-
--- name: outbox_claim_batch_tenant_skip
-{{claim_per_shard(tenant=one_tenant, rule=nothing)}};
-
--- name: outbox_claim_batch_fair
-{{claim_by_turns(rule=key_not_blocked)}};
-
--- name: outbox_claim_batch_fair_skip
-{{claim_by_turns(rule=nothing)}};
-
 -- fragment: delete_acked
 DELETE FROM outbox_events e
 
@@ -280,21 +257,7 @@ SELECT
      ));
 
 -- name: outbox_backlog_by_tenant
--- For the per-tenant gauges: pending rows and the oldest one's age of the `top` tenants
--- with the most pending rows (tenant NULL: the untenanted rows, other false), and the
--- rest summed into one row (other true), so the label set stays bounded. One pass over
--- the unpublished rows per refresh, never per scrape.
-WITH per_tenant AS (
-    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
-    FROM outbox_events
-    WHERE published_at IS NULL AND status = 'pending'
-    GROUP BY tenant
-),
-ranked AS (
-    SELECT tenant, pending, oldest,
-           row_number() OVER (ORDER BY pending DESC, tenant NULLS FIRST) > %(top)s AS other
-    FROM per_tenant
-)
+{{tenants_by_pending}}
 SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending)::bigint,
        extract(epoch FROM now() - min(oldest))::float8
 FROM ranked

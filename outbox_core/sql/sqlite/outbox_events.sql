@@ -41,7 +41,7 @@ AND NOT EXISTS (
 -- fragment: one_tenant
 AND coalesce(e.tenant, '') = :tenant
 
--- fragment: claim_shard(tenant, rule)
+-- fragment: claim_per_shard(tenant, rule)
 -- SQLite has no LATERAL: the store runs a claim once per shard, all in one hop to the
 -- database thread (in-process, so a statement per shard costs no round trip).
 SELECT {{claim_columns}}
@@ -98,26 +98,6 @@ SELECT {{claim_columns}}
 FROM outbox_events e
 WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
 ORDER BY e.id
-
--- name: outbox_claim_batch
--- See the Postgres twin for the rules (status-based, block_key policy, no decoding).
-{{claim_shard(tenant=nothing, rule=key_not_blocked)}};
-
--- name: outbox_claim_batch_skip
-{{claim_shard(tenant=nothing, rule=nothing)}};
-
--- name: outbox_claim_batch_tenant
--- See the Postgres twin: outbox_claim_batch over one tenant's rows, once per shard.
-{{claim_shard(tenant=one_tenant, rule=key_not_blocked)}};
-
--- name: outbox_claim_batch_tenant_skip
-{{claim_shard(tenant=one_tenant, rule=nothing)}};
-
--- name: outbox_claim_batch_fair
-{{claim_by_turns(rule=key_not_blocked)}};
-
--- name: outbox_claim_batch_fair_skip
-{{claim_by_turns(rule=nothing)}};
 
 -- fragment: acked_in_held_shards
 WHERE id IN (SELECT value FROM json_each(:published_ids))
@@ -176,18 +156,7 @@ SELECT
     + 0 * :shard_count;
 
 -- name: outbox_backlog_by_tenant
--- See the Postgres twin.
-WITH per_tenant AS (
-    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
-    FROM outbox_events
-    WHERE published_at IS NULL AND status = 'pending'
-    GROUP BY tenant
-),
-ranked AS (
-    SELECT tenant, pending, oldest,
-           row_number() OVER (ORDER BY pending DESC, tenant NULLS FIRST) > :top AS other
-    FROM per_tenant
-)
+{{tenants_by_pending}}
 SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending),
        (julianday('now') - julianday(min(oldest))) * 86400.0
 FROM ranked
