@@ -1,10 +1,18 @@
-"""A claim's rows become ClaimedRow by column name, whatever the order of the columns."""
+"""A claim's rows become ClaimedRow by column name, whatever the order of the columns; a
+named statement brings its column names on every executor."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+from pathlib import Path
+
 import pytest
+import sqlalchemy
 
 from outbox_core.errors import DatabaseError
+from outbox_core.executors import NamedRows, SqlAlchemyExecutor, SqliteExecutor, Statement
+from outbox_core.migrate import migrate
 from relay.sql_store import claimed_row_maker
 from relay.store import ClaimedRow
 
@@ -32,3 +40,28 @@ def test_a_missing_column_is_a_clear_error_not_a_shifted_row() -> None:
     with pytest.raises(DatabaseError, match="no column headers_json") as raised:
         claimed_row_maker(columns)
     assert not raised.value.retriable
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Path:
+    path = tmp_path / "outbox.db"
+    migrate(f"sqlite:///{path}")
+    return path
+
+
+def test_a_named_statement_brings_its_column_names_on_each_executor(sqlite_db: Path) -> None:
+    named = Statement("lease_list", named=True)
+    with contextlib.closing(sqlite3.connect(sqlite_db)) as conn:
+        rows = SqliteExecutor(conn).run(named)
+        assert isinstance(rows, NamedRows)
+        assert len(rows.columns) == 4
+        assert rows.columns[0] == "shard"
+        assert not isinstance(SqliteExecutor(conn).run(Statement("lease_list")), NamedRows)
+    engine = sqlalchemy.create_engine(f"sqlite:///{sqlite_db}")
+    try:
+        with engine.connect() as conn:
+            through_sqlalchemy = SqlAlchemyExecutor(conn).run(named)
+    finally:
+        engine.dispose()
+    assert isinstance(through_sqlalchemy, NamedRows)
+    assert through_sqlalchemy.columns == rows.columns
