@@ -27,10 +27,11 @@ from relay.store import (
     AppliedMigration,
     Backlog,
     ClaimedRow,
-    Failure,
+    ClaimRequest,
     Lease,
     Policy,
     Settled,
+    SettleRequest,
     TenantBacklog,
     TenantTurns,
 )
@@ -218,17 +219,11 @@ class SqlStore:
     async def max_pending_shard(self) -> int:
         return int((await self._run(Statement("outbox_shard_max")))[0][0])
 
-    async def claim(
-        self,
-        shards: Sequence[int],
-        limit: int,
-        policy: Policy,
-        in_flight: Sequence[int] = (),
-        turns: TenantTurns | None = None,
-    ) -> list[ClaimedRow]:
+    async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
+        shards, limit, turns = request.shards, request.limit, request.turns
         if not shards:
             return []
-        params = {"limit": limit, "in_flight": self._codec.ids(in_flight)}
+        params = {"limit": limit, "in_flight": self._codec.ids(request.in_flight)}
         shape: ClaimShape = "plain"
         if turns is not None:
             cap = limit if turns.max_rows is None else min(turns.max_rows, limit)
@@ -238,7 +233,7 @@ class SqlStore:
             else:
                 shape = "fair"
                 params.update(self._turns(turns, cap))
-        name = CLAIM_QUERIES[policy, shape]
+        name = CLAIM_QUERIES[request.policy, shape]
         rows: NamedRows = await self._plan(
             name, self._claim(name, list(shards), params), write=False
         )
@@ -276,24 +271,19 @@ class SqlStore:
 
     # ---------------------------------------------------------------- writes
 
-    async def settle(
-        self,
-        owner: str,
-        tokens: Mapping[int, int],
-        published_ids: Sequence[int],
-        failures: Sequence[Failure],
-        keep: bool,
-    ) -> Settled:
+    async def settle(self, request: SettleRequest) -> Settled:
+        failures = request.failures
         c = self._codec
         params = {
-            "published_ids": c.ids(published_ids),
+            "published_ids": c.ids(request.published_ids),
             "failed_ids": c.ids([f.id for f in failures]),
             "errors": c.array([f.error for f in failures]),
             "delays_s": c.array([f.delay_s for f in failures]),
             "parks": c.array([f.park for f in failures]),
         }
-        fence = {"owner": owner, "shards": list(tokens), "tokens": list(tokens.values())}
-        settled: Settled = await self._plan("settle", self._settle(fence, params, keep))
+        tokens = request.tokens
+        fence = {"owner": request.owner, "shards": list(tokens), "tokens": list(tokens.values())}
+        settled: Settled = await self._plan("settle", self._settle(fence, params, request.keep))
         return settled
 
     async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None:
