@@ -30,6 +30,7 @@ from bench.procstat import sample
 from relay.database import DatabaseSettings, make_store
 from relay.heap import tune_collector
 from relay.sql_store import SqlStore
+from relay.store import ClaimRequest, SettleRequest
 
 OWNER = "bench-ceiling"
 
@@ -77,12 +78,12 @@ async def drain(url: str, batch_size: int, keep: bool = False) -> dict[str, floa
         cpu_first = 0.0
         settled = 0
         while True:
-            rows = await store.claim(list(tokens), batch_size, "block_key")
+            rows = await store.claim(ClaimRequest(list(tokens), batch_size, "block_key"))
             if not rows:
                 break
             if first is None:
                 first, cpu_first = time.time(), time.process_time()
-            await store.settle(OWNER, tokens, [r.id for r in rows], [], keep)
+            await store.settle(SettleRequest(OWNER, tokens, [r.id for r in rows], [], keep))
             settled += len(rows)
         done = time.time()
         result = measured(

@@ -35,6 +35,7 @@ from relay.errors import PublishFailed
 from relay.heap import tune_collector
 from relay.publisher import HELD, KafkaPublisher, OutgoingRecord
 from relay.records import to_records
+from relay.store import ClaimRequest, SettleRequest
 
 OWNER = "bench-kafka-ceiling"
 
@@ -47,10 +48,12 @@ async def read_cycles(settings: RelaySettings) -> list[list[OutgoingRecord]]:
     try:
         tokens = await lease_all(store, OWNER)
         batch = settings.batch
-        while rows := await store.claim(list(tokens), batch.batch_size, batch.failure_policy):
+        while rows := await store.claim(
+            ClaimRequest(list(tokens), batch.batch_size, batch.failure_policy)
+        ):
             topic_of = {t: settings.topics.kafka_topic(t) for t in {row.topic for row in rows}}
             cycles.append(to_records(rows, topic_of, settings.kafka.max_request_size)[0])
-            await store.settle(OWNER, tokens, [row.id for row in rows], [], False)
+            await store.settle(SettleRequest(OWNER, tokens, [row.id for row in rows], [], False))
         await release_all(store, OWNER, tokens)
     finally:
         await store.close()

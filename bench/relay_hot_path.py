@@ -23,7 +23,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -36,7 +36,7 @@ from relay.config import load_settings  # noqa: E402
 from relay.heap import tune_collector  # noqa: E402
 from relay.publisher import HELD, KafkaPublisher  # noqa: E402
 from relay.records import to_records  # noqa: E402
-from relay.store import ClaimedRow, Failure, Policy, Settled, Store, TenantTurns  # noqa: E402
+from relay.store import ClaimedRow, ClaimRequest, Settled, SettleRequest, Store  # noqa: E402
 
 
 class RowsStore:
@@ -45,26 +45,12 @@ class RowsStore:
     def __init__(self, claims: list[list[ClaimedRow]]) -> None:
         self.claims, self.turn = claims, 0
 
-    async def claim(
-        self,
-        shards: Sequence[int],
-        limit: int,
-        policy: Policy,
-        in_flight: Sequence[int] = (),
-        turns: TenantTurns | None = None,
-    ) -> list[ClaimedRow]:
+    async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
         self.turn += 1
         return self.claims[(self.turn - 1) % len(self.claims)]
 
-    async def settle(
-        self,
-        owner: str,
-        tokens: Mapping[int, int],
-        published_ids: Sequence[int],
-        failures: Sequence[Failure],
-        keep: bool,
-    ) -> Settled:
-        return Settled(len(published_ids), len(failures))
+    async def settle(self, request: SettleRequest) -> Settled:
+        return Settled(len(request.published_ids), len(request.failures))
 
 
 def claimed(count: int, first_id: int, keys: int, rng: random.Random) -> list[ClaimedRow]:

@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,12 @@ from relay.errors import PublishFailed
 from relay.publisher import Handed, HeldBack, KafkaPublisher, OutgoingRecord
 from relay.service import RelayService
 from relay.sql_store import SqlStore
-from relay.store import ClaimedRow, Failure, Policy, Settled, TenantTurns
+from relay.store import (
+    ClaimedRow,
+    ClaimRequest,
+    Settled,
+    SettleRequest,
+)
 
 _BATCH: contextvars.ContextVar[dict[str, float]] = contextvars.ContextVar("batch")
 _WAITERS: set[asyncio.Future[None]] = set()
@@ -51,30 +56,16 @@ class TimedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def claim(
-        self,
-        shards: Sequence[int],
-        limit: int,
-        policy: Policy,
-        in_flight: Sequence[int] = (),
-        turns: TenantTurns | None = None,
-    ) -> list[ClaimedRow]:
+    async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
         t0 = time.perf_counter()
-        rows = await self._inner.claim(shards, limit, policy, in_flight, turns)
+        rows = await self._inner.claim(request)
         _BATCH.set({"t0": t0, "t1": time.perf_counter(), "rows": float(len(rows))})
         return rows
 
-    async def settle(
-        self,
-        owner: str,
-        tokens: Mapping[int, int],
-        published_ids: Sequence[int],
-        failures: Sequence[Failure],
-        keep: bool,
-    ) -> Settled:
+    async def settle(self, request: SettleRequest) -> Settled:
         batch = _BATCH.get()
         batch["t4"] = time.perf_counter()
-        settled = await self._inner.settle(owner, tokens, published_ids, failures, keep)
+        settled = await self._inner.settle(request)
         batch["t5"] = time.perf_counter()
         self._batches.append(batch)
         return settled

@@ -24,16 +24,32 @@ Rows = list[tuple[Any, ...]]
 Params = Mapping[str, Any]
 
 
+class NamedRows(list[tuple[Any, ...]]):
+    """Rows with their result's column names, for a Statement(named=True): the caller maps
+    names to positions once per statement, not once per row."""
+
+    def __init__(self, rows: Rows, columns: Sequence[str]) -> None:
+        super().__init__(rows)
+        self.columns = tuple(columns)
+
+
+def _result(statement: Statement, rows: Rows, columns: Any) -> Rows:
+    """columns: a DB-API cursor.description (the names first in each entry)."""
+    return NamedRows(rows, [c[0] for c in columns]) if statement.named else rows
+
+
 @dataclass(frozen=True)
 class Statement:
     """One named query and its parameters; `many` runs it once per parameter set.
     `binary`: rows come back in Postgres's binary format (bytea as raw bytes instead of
-    hex text: half the bytes and no decoding, for large reads); other drivers ignore it."""
+    hex text: half the bytes and no decoding, for large reads); other drivers ignore it.
+    `named`: rows come back as NamedRows, with the result's column names."""
 
     query: str
     params: Params | Sequence[Params] = field(default_factory=dict)
     many: bool = False
     binary: bool = False
+    named: bool = False
 
 
 Plan = Generator[Statement, Rows, Any]
@@ -105,7 +121,9 @@ class SqliteExecutor:
                 self.conn.executemany(sql, _many(statement))
                 return []
             cursor = self.conn.execute(sql, _one(statement))
-            return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+            if not cursor.description:
+                return []
+            return _result(statement, [tuple(r) for r in cursor.fetchall()], cursor.description)
 
 
 class PsycopgExecutor:
@@ -123,7 +141,7 @@ class PsycopgExecutor:
                 cur.executemany(sql, _many(statement))
                 return []
             cur.execute(sql, _one(statement), binary=statement.binary)
-            return list(cur.fetchall()) if cur.description else []
+            return _result(statement, cur.fetchall(), cur.description) if cur.description else []
 
 
 class AsyncPsycopgExecutor:
@@ -142,7 +160,9 @@ class AsyncPsycopgExecutor:
                     await cur.executemany(sql, _many(statement))
                     return []
                 await cur.execute(sql, _one(statement), binary=statement.binary)
-                return list(await cur.fetchall()) if cur.description else []
+                if not cur.description:
+                    return []
+                return _result(statement, await cur.fetchall(), cur.description)
 
 
 def sqlalchemy_dialect(sync_conn_or_engine: Any) -> Dialect:
@@ -161,6 +181,13 @@ def _sqlalchemy_params(statement: Statement) -> Params | list[Params]:
     return _many(statement) if statement.many else _one(statement)
 
 
+def _sqlalchemy_rows(statement: Statement, result: Any) -> Rows:
+    if not result.returns_rows:
+        return []
+    rows = [tuple(r) for r in result.fetchall()]
+    return NamedRows(rows, list(result.keys())) if statement.named else rows
+
+
 class SqlAlchemyExecutor:
     """On a SQLAlchemy Connection (a Session's: session.connection())."""
 
@@ -172,7 +199,7 @@ class SqlAlchemyExecutor:
         sql = query(self.dialect, statement.query)
         with translated():
             result = self.conn.exec_driver_sql(sql, _sqlalchemy_params(statement))
-            return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+            return _sqlalchemy_rows(statement, result)
 
 
 class AsyncSqlAlchemyExecutor:
@@ -186,7 +213,7 @@ class AsyncSqlAlchemyExecutor:
         sql = query(self.dialect, statement.query)
         with translated():
             result = await self.conn.exec_driver_sql(sql, _sqlalchemy_params(statement))
-            return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+            return _sqlalchemy_rows(statement, result)
 
 
 class AsyncPool(AsyncExecutor, Protocol):

@@ -27,7 +27,7 @@ from relay.kafka_errors import classify
 from relay.loop_share import pieces
 from relay.publisher import HELD, OutgoingRecord, Publisher
 from relay.records import to_records
-from relay.store import ClaimedRow, Failure, Store, TenantTurns
+from relay.store import ClaimedRow, ClaimRequest, Failure, SettleRequest, Store, TenantTurns
 
 MAX_ERROR_CHARS = 2000
 
@@ -179,7 +179,9 @@ async def send_batch(
     block = settings.failure_policy == "block_key"
     in_flight = after.in_flight if after is not None else []
     rows = await store.claim(
-        list(tokens), settings.batch_size, settings.failure_policy, in_flight, rules.turns
+        ClaimRequest(
+            list(tokens), settings.batch_size, settings.failure_policy, in_flight, rules.turns
+        )
     )
     if not rows:
         return None
@@ -273,7 +275,7 @@ async def settle_batch(sent: Sent, *, store: Store, rules: BatchRules) -> BatchO
     """Mark the published rows and record the failures, fenced per shard."""
     published, failures = sent.published, sent.failures
     settled = await store.settle(
-        rules.owner, sent.tokens, list(map(_ID, published)), failures, rules.keep
+        SettleRequest(rules.owner, sent.tokens, list(map(_ID, published)), failures, rules.keep)
     )
     if settled.lost:
         # Those rows stay pending for the shard's new owner (published again: at least once).

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
-from outbox_core.errors import MigrationError, OutboxError
-from outbox_core.executors import AsyncPool, Plan, Rows, Statement
+from outbox_core.errors import DatabaseError, MigrationError, OutboxError
+from outbox_core.executors import AsyncPool, NamedRows, Plan, Rows, Statement
 from relay.errors import RelayError, StartupRefused, StoreUnavailable
 from relay.loop_share import pieces
 from relay.sqlite_lock import RelayFileLock
@@ -26,10 +27,11 @@ from relay.store import (
     AppliedMigration,
     Backlog,
     ClaimedRow,
-    Failure,
+    ClaimRequest,
     Lease,
     Policy,
     Settled,
+    SettleRequest,
     TenantBacklog,
     TenantTurns,
 )
@@ -78,13 +80,16 @@ def _single(statement: Statement) -> Plan:
 
 def _claim_in_one_statement(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
     # Binary rows: the claim is the relay's one large read (payloads as raw bytes).
-    return (yield Statement(name, {"shards": shards, **params}, binary=True))
+    return (yield Statement(name, {"shards": shards, **params}, binary=True, named=True))
 
 
 def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
-    rows: list[Any] = []
+    rows = NamedRows([], ClaimedRow._fields)
     for shard in shards:
-        rows.extend((yield Statement(name, {"shard": shard, **params})))
+        found = yield Statement(name, {"shard": shard, **params}, named=True)
+        assert isinstance(found, NamedRows)
+        rows.columns = found.columns  # the same statement each time: the same columns
+        rows += found
     return rows
 
 
@@ -107,9 +112,29 @@ CLAIM_FORMS: dict[Dialect, ClaimForm] = {
 }
 
 
-# Rows become ClaimedRow without a Python-level call each (NamedTuple._make is one): the
-# claim returns thousands of rows a second.
-_claimed_row: Callable[[Sequence[Any]], ClaimedRow] = functools.partial(tuple.__new__, ClaimedRow)
+_new_claimed_row: Callable[[Sequence[Any]], ClaimedRow] = functools.partial(
+    tuple.__new__, ClaimedRow
+)
+
+
+@functools.cache
+def claimed_row_maker(columns: tuple[str, ...]) -> Callable[[Sequence[Any]], ClaimedRow]:
+    """What turns a claim's row into a ClaimedRow, its fields read by column name; found
+    once per column list. The claims return ClaimedRow's fields in its order, so a row is
+    made without a Python-level call (NamedTuple._make is one): claims return thousands of
+    rows a second. Any other order is read right too, at one call a row."""
+    missing = [name for name in ClaimedRow._fields if name not in columns]
+    if missing:
+        # The .sql and ClaimedRow disagree: no retry can help.
+        raise DatabaseError(
+            f"the claim returns no column {', '.join(missing)} (it returns {columns})",
+            retriable=False,
+        )
+    at = tuple(columns.index(name) for name in ClaimedRow._fields)
+    if at == tuple(range(len(columns))):
+        return _new_claimed_row
+    pick = operator.itemgetter(*at)
+    return lambda row: _new_claimed_row(pick(row))
 
 
 class SqlStore:
@@ -194,17 +219,11 @@ class SqlStore:
     async def max_pending_shard(self) -> int:
         return int((await self._run(Statement("outbox_shard_max")))[0][0])
 
-    async def claim(
-        self,
-        shards: Sequence[int],
-        limit: int,
-        policy: Policy,
-        in_flight: Sequence[int] = (),
-        turns: TenantTurns | None = None,
-    ) -> list[ClaimedRow]:
+    async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
+        shards, limit, turns = request.shards, request.limit, request.turns
         if not shards:
             return []
-        params = {"limit": limit, "in_flight": self._codec.ids(in_flight)}
+        params = {"limit": limit, "in_flight": self._codec.ids(request.in_flight)}
         shape: ClaimShape = "plain"
         if turns is not None:
             cap = limit if turns.max_rows is None else min(turns.max_rows, limit)
@@ -214,11 +233,14 @@ class SqlStore:
             else:
                 shape = "fair"
                 params.update(self._turns(turns, cap))
-        name = CLAIM_QUERIES[policy, shape]
-        rows = await self._plan(name, self._claim(name, list(shards), params), write=False)
+        name = CLAIM_QUERIES[request.policy, shape]
+        rows: NamedRows = await self._plan(
+            name, self._claim(name, list(shards), params), write=False
+        )
+        make = claimed_row_maker(rows.columns)
         claimed: list[ClaimedRow] = []
         async for _, piece in pieces(rows):  # a large claim gives the other lane turns
-            claimed += map(_claimed_row, piece)
+            claimed += map(make, piece)
         return claimed
 
     def _turns(self, turns: TenantTurns, cap: int) -> dict[str, Any]:
@@ -249,24 +271,19 @@ class SqlStore:
 
     # ---------------------------------------------------------------- writes
 
-    async def settle(
-        self,
-        owner: str,
-        tokens: Mapping[int, int],
-        published_ids: Sequence[int],
-        failures: Sequence[Failure],
-        keep: bool,
-    ) -> Settled:
+    async def settle(self, request: SettleRequest) -> Settled:
+        failures = request.failures
         c = self._codec
         params = {
-            "published_ids": c.ids(published_ids),
+            "published_ids": c.ids(request.published_ids),
             "failed_ids": c.ids([f.id for f in failures]),
             "errors": c.array([f.error for f in failures]),
             "delays_s": c.array([f.delay_s for f in failures]),
             "parks": c.array([f.park for f in failures]),
         }
-        fence = {"owner": owner, "shards": list(tokens), "tokens": list(tokens.values())}
-        settled: Settled = await self._plan("settle", self._settle(fence, params, keep))
+        tokens = request.tokens
+        fence = {"owner": request.owner, "shards": list(tokens), "tokens": list(tokens.values())}
+        settled: Settled = await self._plan("settle", self._settle(fence, params, request.keep))
         return settled
 
     async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None:

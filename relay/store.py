@@ -17,7 +17,8 @@ Policy = Literal["block_key", "skip"]
 
 
 class ClaimedRow(NamedTuple):
-    """A claimed row as the database returns it (a NamedTuple: built per row, so cheap)."""
+    """A claimed row (a NamedTuple: built per row, so cheap); the claims' columns are named
+    as these fields and read by name."""
 
     id: int
     shard: int
@@ -56,11 +57,35 @@ class TenantTurns:
 
 
 @dataclass(frozen=True)
+class ClaimRequest:
+    """What Store.claim is asked for: the shards, at most limit rows each, under policy;
+    in_flight: ids sent and not settled yet, left out; turns: a fair claim (fair_tenants)."""
+
+    shards: Sequence[int]
+    limit: int
+    policy: Policy
+    in_flight: Sequence[int] = ()
+    turns: TenantTurns | None = None
+
+
+@dataclass(frozen=True)
 class Failure:
     id: int
     error: str
     delay_s: float
     park: bool
+
+
+@dataclass(frozen=True)
+class SettleRequest:
+    """What Store.settle is asked to write: as owner, fenced by each shard's token, the acked
+    rows (deleted, or marked published with keep) and the failures."""
+
+    owner: str
+    tokens: Mapping[int, int]  # shard -> our fencing token
+    published_ids: Sequence[int]
+    failures: Sequence[Failure]
+    keep: bool
 
 
 @dataclass(frozen=True)
@@ -131,28 +156,14 @@ class Store(Protocol):
 
     async def max_pending_shard(self) -> int: ...
 
-    async def claim(
-        self,
-        shards: Sequence[int],
-        limit: int,
-        policy: Policy,
-        in_flight: Sequence[int] = (),
-        turns: TenantTurns | None = None,
-    ) -> list[ClaimedRow]:
+    async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
         """The next rows of each shard (at most limit per shard, each shard's in id order),
         in one step for all of them, leaving out the rows in_flight (sent, not settled
         yet); an idle relay's claim is its probe. With turns, which rows of a shard make
         its batch is decided by turns between its tenants (still returned in id order)."""
         ...
 
-    async def settle(
-        self,
-        owner: str,
-        tokens: Mapping[int, int],
-        published_ids: Sequence[int],
-        failures: Sequence[Failure],
-        keep: bool,
-    ) -> Settled:
+    async def settle(self, request: SettleRequest) -> Settled:
         """Mark acked rows and record failures in one step, fenced per shard: rows of a
         shard whose lease no longer carries our token are left alone and the shard is
         reported in Settled.lost."""

@@ -21,7 +21,7 @@ import pytest
 
 from outbox_core.queries import query
 from tests.support.db import Backend, postgres_backend
-from tests.support.stores import emit, event, keys_on_shard, opened_store, row_states
+from tests.support.stores import emit, event, keys_on_shard, opened_store, row_states, settle
 
 pytestmark = pytest.mark.integration
 
@@ -109,6 +109,6 @@ async def test_a_takeover_waits_for_the_old_holder_s_settle_to_commit(
         assert await store.lease_acquire(SHARD, "relay-2", 30) == old + 1
         # The old holder's settle stood (it committed first); its next one is refused.
         assert row_states(pg_backend)[r1].published
-        late = await store.settle(OWNER, {SHARD: old}, [r2], [], keep=True)
+        late = await settle(store, OWNER, {SHARD: old}, [r2], [], keep=True)
         assert late.lost == {SHARD}
         assert not row_states(pg_backend)[r2].published

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
 
 from relay.service import RelayService
-from relay.store import ClaimedRow, Policy, Store, TenantTurns
+from relay.store import ClaimedRow, ClaimRequest, Store, TenantTurns
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
 from tests.support.relay import (
@@ -40,19 +39,13 @@ class GatedBulk:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def claim(
-        self,
-        shards: Sequence[int],
-        limit: int,
-        policy: Policy,
-        in_flight: Sequence[int] = (),
-        turns: TenantTurns | None = None,
-    ) -> list[ClaimedRow]:
+    async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
+        turns = request.turns
         if turns is not None and turns.only is not None:
             self.bulk_claims += 1
             if self.bulk_claims > 1:
                 await self.gate.wait()
-        rows = await self._inner.claim(shards, limit, policy, in_flight, turns)
+        rows = await self._inner.claim(request)
         self.claims.append((turns, {row.tenant or "" for row in rows}))
         return rows
 

@@ -16,7 +16,7 @@ from relay.store import Failure
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
 from tests.support.relay import relay_settings, running_relay, wait_drained
-from tests.support.stores import emit, event, keys_on_shard, opened_store
+from tests.support.stores import claim, emit, event, keys_on_shard, opened_store, settle
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +62,10 @@ async def test_rows_held_back_behind_a_parked_row_do_not_keep_the_relay_busy(
     async with opened_store(backend) as store:
         token = await store.lease_acquire(SHARD, "parker", 30)
         assert token is not None
-        (first,) = await store.claim([SHARD], 10, "block_key")
-        await store.settle("parker", {SHARD: token}, [], [Failure(first.id, "x", 0.0, True)], False)
+        (first,) = await claim(store, [SHARD], 10, "block_key")
+        await settle(
+            store, "parker", {SHARD: token}, [], [Failure(first.id, "x", 0.0, True)], False
+        )
         await store.lease_release(SHARD, "parker", token)
     emit(backend, event(key))  # held back behind the parked row
     cycles: list[BatchOutcome] = []

@@ -20,6 +20,7 @@ from relay.errors import StoreUnavailable
 from relay.store import AppliedMigration, Failure, Lease, Policy, Settled, Store
 from tests.support.db import Backend
 from tests.support.stores import (
+    claim,
     emit,
     event,
     ids_of,
@@ -27,6 +28,7 @@ from tests.support.stores import (
     lease_remaining,
     opened_store,
     row_states,
+    settle,
     snapshot,
 )
 
@@ -59,16 +61,16 @@ async def test_claim_returns_pending_rows_of_one_shard_in_id_order(
     second = emit(backend, event(c), event(a), event(x), event(b))
     mine = [first[0], first[1], second[0], second[1], second[3]]
 
-    rows = await store.claim([SHARD], 100, "block_key")
+    rows = await claim(store, [SHARD], 100, "block_key")
     assert ids_of(rows) == mine
     assert [r.key for r in rows] == [a, b, c, a, b]
     assert {(r.topic, r.event_type, r.attempts) for r in rows} == {("orders", "OrderPlaced", 0)}
-    assert ids_of(await store.claim([SHARD], 3, "block_key")) == mine[:3]
-    assert ids_of(await store.claim([SHARD], 3, "skip")) == mine[:3]
-    assert ids_of(await store.claim([OTHER], 100, "block_key")) == [first[2], second[2]]
-    assert await store.claim([SHARD + 1], 100, "block_key") == []
+    assert ids_of(await claim(store, [SHARD], 3, "block_key")) == mine[:3]
+    assert ids_of(await claim(store, [SHARD], 3, "skip")) == mine[:3]
+    assert ids_of(await claim(store, [OTHER], 100, "block_key")) == [first[2], second[2]]
+    assert await claim(store, [SHARD + 1], 100, "block_key") == []
     # A claim only reads: the rows stay until they are settled.
-    assert ids_of(await store.claim([SHARD], 100, "skip")) == mine
+    assert ids_of(await claim(store, [SHARD], 100, "skip")) == mine
 
 
 async def test_claim_passes_payload_and_headers_through(backend: Backend, store: Store) -> None:
@@ -80,7 +82,7 @@ async def test_claim_passes_payload_and_headers_through(backend: Backend, store:
     ids = emit(backend, blob_event, doc_event)
     event_ids = {int(r[0]): str(r[1]) for r in backend.fetch("outbox_rows")}
 
-    blob, doc = await store.claim([SHARD], 10, "block_key")
+    blob, doc = await claim(store, [SHARD], 10, "block_key")
     assert (blob.id, doc.id) == tuple(ids)
     assert type(blob.payload) is bytes
     assert blob.payload == raw
@@ -104,10 +106,10 @@ async def test_claim_waits_for_available_at(backend: Backend, store: Store) -> N
         event(b, deliver_after=now - dt.timedelta(minutes=1)),
     )
     for policy in POLICIES:
-        assert ids_of(await store.claim([SHARD], 10, policy)) == [ids[1], ids[3]]
+        assert ids_of(await claim(store, [SHARD], 10, policy)) == [ids[1], ids[3]]
     await asyncio.sleep(PAST_TTL)
     for policy in POLICIES:
-        assert ids_of(await store.claim([SHARD], 10, policy)) == ids
+        assert ids_of(await claim(store, [SHARD], 10, policy)) == ids
 
 
 async def test_one_claim_covers_many_shards_each_in_id_order_up_to_its_limit(
@@ -121,8 +123,8 @@ async def test_one_claim_covers_many_shards_each_in_id_order_up_to_its_limit(
     (d,) = keys_on_shard(SHARD + 1, 1)
     everywhere = [SHARD, OTHER, SHARD + 1]
     for policy in POLICIES:
-        assert await store.claim(everywhere, 10, policy) == []
-        assert await store.claim([], 10, policy) == []
+        assert await claim(store, everywhere, 10, policy) == []
+        assert await claim(store, [], 10, policy) == []
     s1, s2, o1, s3, o2, _ = emit(
         backend,
         event(a),
@@ -133,18 +135,18 @@ async def test_one_claim_covers_many_shards_each_in_id_order_up_to_its_limit(
         event(d, deliver_after=dt.timedelta(seconds=TTL)),
     )
     for policy in POLICIES:
-        rows = await store.claim(everywhere, 10, policy)
+        rows = await claim(store, everywhere, 10, policy)
         assert sorted(ids_of(rows)) == sorted([s1, s2, s3, o1, o2])
         by_shard = {shard: [r.id for r in rows if r.shard == shard] for shard in (SHARD, OTHER)}
         assert by_shard == {SHARD: [s1, s2, s3], OTHER: [o1, o2]}
-        limited = await store.claim(everywhere, 2, policy)
+        limited = await claim(store, everywhere, 2, policy)
         assert sorted(ids_of(limited)) == sorted([s1, s2, o1, o2])
-        assert ids_of(await store.claim([OTHER], 10, policy)) == [o1, o2]
+        assert ids_of(await claim(store, [OTHER], 10, policy)) == [o1, o2]
     token = await lease(store)
-    await store.settle(OWNER, {SHARD: token}, [], [Failure(s1, "boom", 0.0, True)], False)
+    await settle(store, OWNER, {SHARD: token}, [], [Failure(s1, "boom", 0.0, True)], False)
     # Parked: its key's later row waits under block_key; under skip it goes ahead.
-    assert sorted(ids_of(await store.claim(everywhere, 10, "block_key"))) == [s2, o1, o2]
-    assert sorted(ids_of(await store.claim(everywhere, 10, "skip"))) == [s2, o1, s3, o2]
+    assert sorted(ids_of(await claim(store, everywhere, 10, "block_key"))) == [s2, o1, o2]
+    assert sorted(ids_of(await claim(store, everywhere, 10, "skip"))) == [s2, o1, s3, o2]
 
 
 async def test_block_key_holds_a_key_behind_its_failed_or_parked_row(
@@ -171,7 +173,8 @@ async def test_block_key_holds_a_key_behind_its_failed_or_parked_row(
         event(b),
     )
     token = await lease(store)
-    settled = await store.settle(
+    settled = await settle(
+        store,
         OWNER,
         {SHARD: token},
         [],
@@ -180,27 +183,28 @@ async def test_block_key_holds_a_key_behind_its_failed_or_parked_row(
     )
     assert settled == Settled(published=0, failed=2)
 
-    assert ids_of(await store.claim([SHARD], 100, "block_key")) == [b1, d2, b2]
+    assert ids_of(await claim(store, [SHARD], 100, "block_key")) == [b1, d2, b2]
     await asyncio.sleep(PAST_TTL)
     # The backoff is over: a1 and a2 come back, in order. The parked p1 still holds p2.
-    assert ids_of(await store.claim([SHARD], 100, "block_key")) == [a1, d1, b1, a2, d2, b2]
-    assert ids_of(await store.claim([SHARD], 3, "block_key")) == [a1, d1, b1]
-    assert ids_of(await store.claim([SHARD], 100, "skip")) == [a1, d1, b1, a2, p2, d2, b2]
+    assert ids_of(await claim(store, [SHARD], 100, "block_key")) == [a1, d1, b1, a2, d2, b2]
+    assert ids_of(await claim(store, [SHARD], 3, "block_key")) == [a1, d1, b1]
+    assert ids_of(await claim(store, [SHARD], 100, "skip")) == [a1, d1, b1, a2, p2, d2, b2]
 
 
 async def test_skip_policy_holds_nothing_back(backend: Backend, store: Store) -> None:
     a, p = keys_on_shard(SHARD, 2)
     a1, p1, a2, p2 = emit(backend, event(a), event(p), event(a), event(p))
     token = await lease(store)
-    await store.settle(
+    await settle(
+        store,
         OWNER,
         {SHARD: token},
         [],
         [Failure(a1, "slow", 60.0, park=False), Failure(p1, "poison", 0.0, park=True)],
         keep=False,
     )
-    assert ids_of(await store.claim([SHARD], 100, "skip")) == [a2, p2]
-    assert ids_of(await store.claim([SHARD], 100, "block_key")) == []
+    assert ids_of(await claim(store, [SHARD], 100, "skip")) == [a2, p2]
+    assert ids_of(await claim(store, [SHARD], 100, "block_key")) == []
 
 
 # ---------------------------------------------------------------------------- settle
@@ -215,7 +219,8 @@ async def test_settle_deletes_acked_rows_and_records_failures(
     token = await lease(store)
     other_before = [row for row in snapshot(backend) if row[0] == other]
 
-    settled = await store.settle(
+    settled = await settle(
+        store,
         OWNER,
         {SHARD: token},
         [r1, r2, other],
@@ -248,12 +253,14 @@ async def test_settle_deletes_acked_rows_and_records_failures(
     assert not parked.published
 
     # Attempts count up from what is stored; a zero delay makes the row claimable again.
-    again = await store.settle(OWNER, {SHARD: token}, [], [Failure(r3, "again", 0.0, False)], False)
+    again = await settle(
+        store, OWNER, {SHARD: token}, [], [Failure(r3, "again", 0.0, False)], False
+    )
     assert again == Settled(published=0, failed=1)
     state = row_states(backend)[r3]
     assert (state.attempts, state.status, state.last_error) == (2, "pending", "again")
     assert state.available_in_s <= 0.1
-    assert ids_of(await store.claim([SHARD], 100, "block_key")) == [r3]
+    assert ids_of(await claim(store, [SHARD], 100, "block_key")) == [r3]
 
 
 async def test_settle_keep_marks_rows_published_and_claims_skip_them(
@@ -263,7 +270,7 @@ async def test_settle_keep_marks_rows_published_and_claims_skip_them(
     r1, r2, r3 = emit(backend, event(a), event(b), event(a))
     token = await lease(store)
 
-    settled = await store.settle(OWNER, {SHARD: token}, [r1, r2], [], keep=True)
+    settled = await settle(store, OWNER, {SHARD: token}, [r1, r2], [], keep=True)
     assert settled == Settled(published=2, failed=0)
     states = row_states(backend)
     assert set(states) == {r1, r2, r3}
@@ -273,12 +280,12 @@ async def test_settle_keep_marks_rows_published_and_claims_skip_them(
         (False, 0),
     ]
     for policy in POLICIES:
-        assert ids_of(await store.claim([SHARD], 100, policy)) == [r3]
+        assert ids_of(await claim(store, [SHARD], 100, policy)) == [r3]
 
-    settled = await store.settle(OWNER, {SHARD: token}, [], [Failure(r3, "e", 60.0, False)], True)
+    settled = await settle(store, OWNER, {SHARD: token}, [], [Failure(r3, "e", 60.0, False)], True)
     assert settled == Settled(published=0, failed=1)
     assert row_states(backend)[r3].attempts == 1
-    assert await store.claim([SHARD], 100, "block_key") == []
+    assert await claim(store, [SHARD], 100, "block_key") == []
 
 
 async def test_settle_refuses_a_wrong_token_or_owner_and_writes_nothing(
@@ -296,19 +303,19 @@ async def test_settle_refuses_a_wrong_token_or_owner_and_writes_nothing(
         (OTHER, OWNER, token),  # no lease at all on that shard
     ]:
         for keep in (False, True):
-            refused = await store.settle(
-                owner, {shard: wrong}, [r1], [Failure(r2, "e", 1.0, True)], keep
+            refused = await settle(
+                store, owner, {shard: wrong}, [r1], [Failure(r2, "e", 1.0, True)], keep
             )
             assert refused == Settled(0, 0, frozenset({shard}))
     assert snapshot(backend) == before
 
     # The refusals were the fence, not a settle that never works.
-    ok = await store.settle(OWNER, {SHARD: token}, [r1], [], keep=False)
+    ok = await settle(store, OWNER, {SHARD: token}, [r1], [], keep=False)
     assert ok == Settled(published=1, failed=0)
     # A released lease fences its holder too.
     await store.lease_release(SHARD, OWNER, token)
     before = snapshot(backend)
-    refused = await store.settle(OWNER, {SHARD: token}, [r2], [], keep=False)
+    refused = await settle(store, OWNER, {SHARD: token}, [r2], [], keep=False)
     assert refused.lost == {SHARD}
     assert snapshot(backend) == before
 
@@ -326,7 +333,8 @@ async def test_settle_over_many_shards_is_fenced_per_shard(
     theirs = await lease(store, OTHER)
     await store.lease_release(OTHER, OWNER, theirs)
     assert await store.lease_acquire(OTHER, "relay-2", TTL) == theirs + 1
-    settled = await store.settle(
+    settled = await settle(
+        store,
         OWNER,
         {SHARD: mine, OTHER: theirs},
         [r1, o1],
@@ -335,8 +343,8 @@ async def test_settle_over_many_shards_is_fenced_per_shard(
     )
     assert settled == Settled(1, 1, frozenset({OTHER}))
     for policy in POLICIES:
-        assert ids_of(await store.claim([OTHER], 10, policy)) == [o1, o2]
-        assert ids_of(await store.claim([SHARD], 10, policy)) == []  # r2 backs off
+        assert ids_of(await claim(store, [OTHER], 10, policy)) == [o1, o2]
+        assert ids_of(await claim(store, [SHARD], 10, policy)) == []  # r2 backs off
 
 
 async def test_settle_with_the_token_of_a_taken_over_lease_is_refused(
@@ -348,19 +356,19 @@ async def test_settle_with_the_token_of_a_taken_over_lease_is_refused(
     assert old == 1
     await asyncio.sleep(PAST_TTL)
     # Expired but not taken over: the token is the fence, not the clock.
-    assert await store.settle("relay-old", {SHARD: old}, [r1], [], False) == Settled(1, 0)
+    assert await settle(store, "relay-old", {SHARD: old}, [r1], [], False) == Settled(1, 0)
 
     new = await store.lease_acquire(SHARD, "relay-new", 30)
     assert new == old + 1
     before = snapshot(backend)
     for keep in (False, True):
-        refused = await store.settle(
-            "relay-old", {SHARD: old}, [r2], [Failure(r3, "late", 1.0, False)], keep
+        refused = await settle(
+            store, "relay-old", {SHARD: old}, [r2], [Failure(r3, "late", 1.0, False)], keep
         )
         assert refused == Settled(0, 0, frozenset({SHARD}))
     assert snapshot(backend) == before
-    settled = await store.settle(
-        "relay-new", {SHARD: new}, [r2], [Failure(r3, "e", 1.0, False)], False
+    settled = await settle(
+        store, "relay-new", {SHARD: new}, [r2], [Failure(r3, "e", 1.0, False)], False
     )
     assert settled == Settled(published=1, failed=1)
 
@@ -463,10 +471,10 @@ async def test_purge_removes_old_published_rows_in_batches_and_old_idempotency_k
         event(a),
     )
     token = await lease(store)
-    await store.settle(OWNER, {SHARD: token}, old[:3], [Failure(old[3], "x", 0, True)], keep=True)
+    await settle(store, OWNER, {SHARD: token}, old[:3], [Failure(old[3], "x", 0, True)], keep=True)
     await asyncio.sleep(PAST_TTL)
     recent = emit(backend, event(a, idempotency_key="recent-key"), event(b))
-    await store.settle(OWNER, {SHARD: token}, recent[:1], [], keep=True)
+    await settle(store, OWNER, {SHARD: token}, recent[:1], [], keep=True)
 
     # Retention TTL: the three rows published before the sleep are old enough.
     assert await store.purge(TTL, TTL, 2) == 2 + 1  # two rows (the limit), one old key
@@ -515,7 +523,7 @@ async def test_max_pending_shard(backend: Backend, store: Store) -> None:
     (high,) = keys_on_shard(OTHER, 1)
     lo, hi = emit(backend, event(low), event(high))
     assert await store.max_pending_shard() == OTHER
-    await store.settle(OWNER, {OTHER: await lease(store, OTHER)}, [hi], [], keep=False)
+    await settle(store, OWNER, {OTHER: await lease(store, OTHER)}, [hi], [], keep=False)
     assert await store.max_pending_shard() == SHARD
-    await store.settle(OWNER, {SHARD: await lease(store, SHARD)}, [lo], [], keep=True)
+    await settle(store, OWNER, {SHARD: await lease(store, SHARD)}, [lo], [], keep=True)
     assert await store.max_pending_shard() == -1

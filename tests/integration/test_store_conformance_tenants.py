@@ -12,7 +12,7 @@ import pytest
 
 from relay.store import ClaimedRow, Failure, Policy, Store, TenantTurns
 from tests.support.db import Backend
-from tests.support.stores import emit, event, ids_of, keys_on_shard
+from tests.support.stores import claim, emit, event, ids_of, keys_on_shard, settle
 
 pytestmark = pytest.mark.integration
 
@@ -59,15 +59,15 @@ async def test_a_fair_claim_takes_turns_between_tenants(backend: Backend, store:
     mine = emit(backend, event(b, tenant="B"), event(b, tenant="B"))
     plain = emit(backend, event(n), event(n))
     for policy in POLICIES:
-        assert ids_of(await store.claim([SHARD], 6, policy)) == flood
-        fair = await store.claim([SHARD], 6, policy, turns=FAIR)
+        assert ids_of(await claim(store, [SHARD], 6, policy)) == flood
+        fair = await claim(store, [SHARD], 6, policy, turns=FAIR)
         # Two whole turns, returned in id order.
         assert ids_of(fair) == sorted(flood[:2] + mine + plain)
         # A turn cut short goes to its oldest rows.
-        cut = await store.claim([SHARD], 4, policy, turns=FAIR)
+        cut = await claim(store, [SHARD], 4, policy, turns=FAIR)
         assert ids_of(cut) == sorted([flood[0], mine[0], plain[0], flood[1]])
         # Room for everything: nothing is left out, and the tenants' rows are all there.
-        everything = await store.claim([SHARD], 100, policy, turns=FAIR)
+        everything = await claim(store, [SHARD], 100, policy, turns=FAIR)
         assert ids_in(everything) == flood + mine + plain
 
 
@@ -81,18 +81,18 @@ async def test_weights_give_rows_per_turn_and_the_cap_bounds_a_tenant(
     weighted = TenantTurns(weights={"A": 3, "Z": 5})
     for policy in POLICIES:
         # Turn 0: three of A, one of B, one of C; then turn 1 begins with its oldest rows.
-        rows = await store.claim([SHARD], 5, policy, turns=weighted)
+        rows = await claim(store, [SHARD], 5, policy, turns=weighted)
         assert ids_in(rows) == sorted(flood[:3] + bees[:1] + cees[:1])
-        rows = await store.claim([SHARD], 10, policy, turns=weighted)
+        rows = await claim(store, [SHARD], 10, policy, turns=weighted)
         assert ids_in(rows) == sorted(flood[:6] + bees[:2] + cees[:2])
         # The cap: at most two rows of any tenant, whatever the batch's room.
-        capped = await store.claim([SHARD], 100, policy, turns=TenantTurns(max_rows=2))
+        capped = await claim(store, [SHARD], 100, policy, turns=TenantTurns(max_rows=2))
         assert ids_in(capped) == sorted(flood[:2] + bees[:2] + cees[:2])
         both = TenantTurns(weights={"A": 3}, max_rows=3)
-        rows = await store.claim([SHARD], 100, policy, turns=both)
+        rows = await claim(store, [SHARD], 100, policy, turns=both)
         assert ids_in(rows) == sorted(flood[:3] + bees[:3] + cees[:3])
         # A cap above the batch size is the batch size.
-        rows = await store.claim([SHARD], 2, policy, turns=TenantTurns(max_rows=50))
+        rows = await claim(store, [SHARD], 2, policy, turns=TenantTurns(max_rows=50))
         assert ids_in(rows) == [flood[0], bees[0]]
 
 
@@ -106,16 +106,16 @@ async def test_a_lane_claims_only_its_own_tenants(backend: Backend, store: Store
     bulk = TenantTurns(only=frozenset({"A"}))
     quick = TenantTurns(skip=frozenset({"A"}))
     for policy in POLICIES:
-        rows = await store.claim([SHARD], 10, policy, turns=bulk)
+        rows = await claim(store, [SHARD], 10, policy, turns=bulk)
         assert (ids_in(rows), {r.tenant for r in rows}) == (flood, {"A"})
-        rows = await store.claim([SHARD], 10, policy, turns=quick)
+        rows = await claim(store, [SHARD], 10, policy, turns=quick)
         assert (ids_in(rows), [r.tenant for r in rows]) == (mine + plain, ["B", None])
-        rows = await store.claim([SHARD], 10, policy, turns=TenantTurns(only=frozenset({""})))
+        rows = await claim(store, [SHARD], 10, policy, turns=TenantTurns(only=frozenset({""})))
         assert ids_in(rows) == plain
-        rows = await store.claim([SHARD], 10, policy, turns=TenantTurns(skip=frozenset({"", "B"})))
+        rows = await claim(store, [SHARD], 10, policy, turns=TenantTurns(skip=frozenset({"", "B"})))
         assert ids_in(rows) == flood
-        assert await store.claim([SHARD], 10, policy, turns=TenantTurns(only=frozenset())) == []
-        plain_claim = await store.claim([SHARD], 10, policy)
+        assert await claim(store, [SHARD], 10, policy, turns=TenantTurns(only=frozenset())) == []
+        plain_claim = await claim(store, [SHARD], 10, policy)
         assert [r.tenant for r in plain_claim] == ["A"] * 4 + ["B", None]
 
 
@@ -145,9 +145,9 @@ async def test_a_one_tenant_lane_claims_what_the_fair_claim_would(
     async def same(limit: int, policy: Policy, in_flight: list[int], cap: int | None) -> list[int]:
         lone = TenantTurns(only=frozenset({"A"}), max_rows=cap)
         fair = TenantTurns(only=frozenset({"A", "Z"}), max_rows=cap)
-        rows = await store.claim(both, limit, policy, in_flight, lone)
+        rows = await claim(store, both, limit, policy, in_flight, lone)
         assert {r.tenant for r in rows} <= {"A"}
-        assert ids_in(rows) == ids_in(await store.claim(both, limit, policy, in_flight, fair))
+        assert ids_in(rows) == ids_in(await claim(store, both, limit, policy, in_flight, fair))
         return ids_in(rows)
 
     for policy in POLICIES:
@@ -156,12 +156,12 @@ async def test_a_one_tenant_lane_claims_what_the_fair_claim_would(
         assert await same(100, policy, [], 1) == [a1, x1]
         assert await same(100, policy, [a1, x1], None) == [b1, a2, x2, b2]
     token = await lease(store)
-    await store.settle(OWNER, {SHARD: token}, [], [Failure(a1, "poison", 0.0, True)], False)
+    await settle(store, OWNER, {SHARD: token}, [], [Failure(a1, "poison", 0.0, True)], False)
     assert await same(100, "block_key", [], None) == [b1, x1, x2, b2]
     assert await same(100, "skip", [], None) == [b1, x1, a2, x2, b2]
     # Named and skipped at once: nothing, as with the fair claim.
     contradiction = TenantTurns(only=frozenset({"A"}), skip=frozenset({"A"}))
-    assert await store.claim(both, 100, "skip", turns=contradiction) == []
+    assert await claim(store, both, 100, "skip", turns=contradiction) == []
 
 
 async def test_per_key_order_holds_while_tenants_interleave(backend: Backend, store: Store) -> None:
@@ -180,11 +180,11 @@ async def test_per_key_order_holds_while_tenants_interleave(backend: Backend, st
     turns = TenantTurns(weights={"B": 2}, max_rows=4)
     published: list[int] = []
     first: list[ClaimedRow] | None = None
-    while rows := await store.claim([SHARD], 5, "block_key", turns=turns):
+    while rows := await claim(store, [SHARD], 5, "block_key", turns=turns):
         first = first or rows
         assert in_id_order_per_key(rows)
         published += ids_of(rows)
-        await store.settle(OWNER, {SHARD: token}, ids_of(rows), [], keep=False)
+        await settle(store, OWNER, {SHARD: token}, ids_of(rows), [], keep=False)
     assert sorted(published) == sorted(written)
     for key in keys:
         sequence = [i for i in published if key_of[i] == key]
@@ -213,21 +213,21 @@ async def test_a_fair_claim_keeps_the_plain_claim_s_rules(backend: Backend, stor
     a1, b1, x1, a2, _c_later, c1, x2, b2 = ids
     both = [SHARD, OTHER]
     for policy in POLICIES:
-        plain = await store.claim(both, 100, policy)
-        fair = await store.claim(both, 100, policy, turns=FAIR)
+        plain = await claim(store, both, 100, policy)
+        fair = await claim(store, both, 100, policy, turns=FAIR)
         assert ids_in(fair) == sorted(ids_of(plain)) == sorted([a1, b1, x1, a2, c1, x2, b2])
         assert in_id_order_per_key(fair)
-        assert await store.claim([OTHER + 1], 100, policy, turns=FAIR) == []
-        assert await store.claim([], 100, policy, turns=FAIR) == []
+        assert await claim(store, [OTHER + 1], 100, policy, turns=FAIR) == []
+        assert await claim(store, [], 100, policy, turns=FAIR) == []
         # in_flight rows (the previous cycle's, being settled) are left out.
-        rows = await store.claim(both, 100, policy, [a1, x1], turns=FAIR)
+        rows = await claim(store, both, 100, policy, [a1, x1], turns=FAIR)
         assert ids_in(rows) == sorted([b1, a2, c1, x2, b2])
     token = await lease(store)
-    await store.settle(OWNER, {SHARD: token}, [], [Failure(a1, "poison", 0.0, True)], False)
-    assert ids_in(await store.claim([SHARD], 100, "block_key", turns=FAIR)) == [b1, c1, b2]
-    assert ids_in(await store.claim([SHARD], 100, "skip", turns=FAIR)) == [b1, a2, c1, b2]
+    await settle(store, OWNER, {SHARD: token}, [], [Failure(a1, "poison", 0.0, True)], False)
+    assert ids_in(await claim(store, [SHARD], 100, "block_key", turns=FAIR)) == [b1, c1, b2]
+    assert ids_in(await claim(store, [SHARD], 100, "skip", turns=FAIR)) == [b1, a2, c1, b2]
     # Held back rows take no turn: the tenant's next claimable row does.
-    rows = await store.claim([SHARD], 2, "block_key", turns=TenantTurns(max_rows=1))
+    rows = await claim(store, [SHARD], 2, "block_key", turns=TenantTurns(max_rows=1))
     assert ids_in(rows) == [b1, c1]
 
 
@@ -238,8 +238,8 @@ async def test_without_tenants_the_fair_claim_is_the_plain_one(
     emit(backend, *(event(k) for k in keys * 3))
     for policy in POLICIES:
         for limit in (1, 4, 7, 100):
-            plain = await store.claim([SHARD, OTHER], limit, policy)
-            fair = await store.claim([SHARD, OTHER], limit, policy, turns=FAIR)
+            plain = await claim(store, [SHARD, OTHER], limit, policy)
+            fair = await claim(store, [SHARD, OTHER], limit, policy, turns=FAIR)
             assert sorted(fair) == sorted(plain)
             assert in_id_order_per_shard(fair)
 

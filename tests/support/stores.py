@@ -17,7 +17,7 @@ from outbox_core.sharding import shard_for
 from producer_lib import Event, Outbox
 from relay.database import DatabaseSettings
 from relay.database import make_store as make_sql_store
-from relay.store import Store
+from relay.store import ClaimedRow, ClaimRequest, Settled, SettleRequest, Store
 from tests.support.db import Backend
 from tests.support.transactions import sync_tx
 
@@ -26,6 +26,16 @@ SHARD_COUNT = 16  # what the migrations record by default
 
 def make_store(backend: Backend) -> Store:
     return make_sql_store(DatabaseSettings(database_url=SecretStr(backend.url)))
+
+
+async def claim(store: Store, *request: Any, **fields: Any) -> list[ClaimedRow]:
+    """store.claim(ClaimRequest(...)), the request's fields given as arguments."""
+    return await store.claim(ClaimRequest(*request, **fields))
+
+
+async def settle(store: Store, *request: Any, **fields: Any) -> Settled:
+    """store.settle(SettleRequest(...)), the request's fields given as arguments."""
+    return await store.settle(SettleRequest(*request, **fields))
 
 
 @contextlib.asynccontextmanager

@@ -56,105 +56,63 @@ ORDER BY e.ord;
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
--- name: outbox_claim_batch
+-- fragment: claim_columns
+-- What every claim returns, named as relay.store.ClaimedRow's fields (rows are read by
+-- name). Payload and headers are passed through as bytes and text, and the event id as
+-- text: the relay never decodes them, and decoding jsonb and uuid costs most of a read.
+e.id, e.shard::int AS shard, e.event_id::text AS event_id, e.topic, e.key, e.event_type,
+e.payload, e.headers::text AS headers_json, e.attempts,
+extract(epoch FROM e.created_at)::float8 AS created_at, e.tenant
+
+-- fragment: claimable
+-- A row of the claim's shard that may go out now, its key's order aside. Status-based:
+-- never an id cursor, which would skip rows whose transactions commit out of id order.
+-- in_flight: ids of the previous cycle, sent and acked but not settled yet (the cycle
+-- claims again while that settle runs); a hashed subplan, so each row costs one lookup.
+e.published_at IS NULL
+AND e.status = 'pending'
+AND e.available_at <= now()
+AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
+
+-- fragment: key_not_blocked
+-- block_key policy: a row waits while an earlier row of its key is parked or backing off
+-- after a failure. Delayed rows (attempts = 0) do not block their key. The skip policy
+-- fills this slot with nothing: failed and parked rows hold nothing back.
+AND NOT EXISTS (
+    SELECT 1 FROM outbox_events b
+    WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+      AND b.published_at IS NULL
+      -- Implied by the next line; written out because it is the predicate of the
+      -- partial index outbox_events_blocking_idx, which the planner uses only when
+      -- a query states it.
+      AND (b.status = 'parked' OR b.attempts > 0)
+      AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
+)
+
+-- fragment: one_tenant
+-- A lane claiming for one tenant ('' names the untenanted rows).
+AND coalesce(e.tenant, '') = %(tenant)s
+
+-- fragment: claim_per_shard(tenant, rule)
 -- The next rows of each given shard, up to limit per shard, each shard's rows in id
 -- order: one statement claims for every shard a relay holds (one index walk per shard,
--- stopping after limit rows). Status-based: never an id cursor, which would skip rows
--- whose transactions commit out of id order. block_key policy: a row waits while an
--- earlier row of its key is parked or backing off after a failure. Delayed rows
--- (attempts = 0) do not block their key. Payload and headers are passed through as bytes
--- and text; the relay never decodes them. in_flight: ids of the previous cycle, sent and
--- acked but not settled yet (the cycle claims again while that settle runs); a hashed
--- subplan, so each candidate row costs one lookup.
+-- stopping after limit rows).
 SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
 CROSS JOIN LATERAL (
-    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
+    SELECT {{claim_columns}}
     FROM outbox_events e
     WHERE e.shard = s.shard
-      AND e.published_at IS NULL
-      AND e.status = 'pending'
-      AND e.available_at <= now()
-      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM outbox_events b
-          WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
-            AND b.published_at IS NULL
-            -- Implied by the next line; written out because it is the predicate of the
-            -- partial index outbox_events_blocking_idx, which the planner uses only when
-            -- a query states it.
-            AND (b.status = 'parked' OR b.attempts > 0)
-            AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
-      )
+      {{tenant}}
+      AND {{claimable}}
+      {{rule}}
     ORDER BY e.id
     LIMIT %(limit)s
-) AS c;
+) AS c
 
--- name: outbox_claim_batch_skip
--- skip policy: failed and parked rows hold nothing back.
-SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
-CROSS JOIN LATERAL (
-    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
-    FROM outbox_events e
-    WHERE e.shard = s.shard
-      AND e.published_at IS NULL
-      AND e.status = 'pending'
-      AND e.available_at <= now()
-      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
-    ORDER BY e.id
-    LIMIT %(limit)s
-) AS c;
-
--- name: outbox_claim_batch_tenant
--- fair_tenants, a lane claiming for one tenant (relay/lanes.py: the bulk lane while one
--- tenant has a backlog). Turns within one tenant are its rows in id order, so this returns
--- what outbox_claim_batch_fair would (limit is min(tenant_max_rows, batch_size)), but as
--- outbox_claim_batch does: one walk of that tenant's entries of outbox_events_tenant_idx
--- per shard, each row read once (the fair claim ranks ids, then reads the rows again).
-SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
-CROSS JOIN LATERAL (
-    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
-    FROM outbox_events e
-    WHERE e.shard = s.shard
-      AND coalesce(e.tenant, '') = %(tenant)s
-      AND e.published_at IS NULL
-      AND e.status = 'pending'
-      AND e.available_at <= now()
-      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM outbox_events b
-          WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
-            AND b.published_at IS NULL
-            AND (b.status = 'parked' OR b.attempts > 0)
-            AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
-      )
-    ORDER BY e.id
-    LIMIT %(limit)s
-) AS c;
-
--- name: outbox_claim_batch_tenant_skip
-SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
-CROSS JOIN LATERAL (
-    SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-           e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
-    FROM outbox_events e
-    WHERE e.shard = s.shard
-      AND coalesce(e.tenant, '') = %(tenant)s
-      AND e.published_at IS NULL
-      AND e.status = 'pending'
-      AND e.available_at <= now()
-      AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
-    ORDER BY e.id
-    LIMIT %(limit)s
-) AS c;
-
--- name: outbox_claim_batch_fair
--- fair_tenants: the rows outbox_claim_batch would claim (block_key policy, in_flight left
--- out), but which of a shard's rows make its batch is decided by turns between the
--- shard's tenants instead of id order, so a tenant's backlog cannot fill every batch while
--- others wait.
+-- fragment: claim_by_turns(rule)
+-- fair_tenants: the rows the plain claim would take (its rule, in_flight left out), but
+-- which of a shard's rows make its batch is decided by turns between the shard's tenants
+-- instead of id order, so a tenant's backlog cannot fill every batch while others wait.
 -- tenants: a skip scan of outbox_events_tenant_idx, one probe per tenant with unpublished
 -- rows in the shard (the untenanted rows are the tenant ''; NULL ends a shard's walk).
 -- It walks backwards, landing on each tenant's newest row: the oldest entries of a
@@ -195,17 +153,8 @@ candidates AS (
         FROM outbox_events e
         WHERE e.shard = t.shard
           AND coalesce(e.tenant, '') = t.tenant
-          AND e.published_at IS NULL
-          AND e.status = 'pending'
-          AND e.available_at <= now()
-          AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
-          AND NOT EXISTS (
-              SELECT 1 FROM outbox_events b
-              WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
-                AND b.published_at IS NULL
-                AND (b.status = 'parked' OR b.attempts > 0)
-                AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
-          )
+          AND {{claimable}}
+          {{rule}}
         ORDER BY e.id
         LIMIT %(per_tenant)s
     )) WITH ORDINALITY AS x(id, k)
@@ -220,73 +169,26 @@ chosen AS (
     ) AS r
     WHERE r.place <= %(limit)s
 )
-SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
+SELECT {{claim_columns}}
 FROM outbox_events e
 WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
-ORDER BY e.id;
+ORDER BY e.id
 
--- name: outbox_claim_batch_fair_skip
--- outbox_claim_batch_fair under the skip policy: failed and parked rows hold nothing back.
-WITH RECURSIVE tenants(shard, tenant) AS (
-    SELECT s.shard, (
-        SELECT coalesce(e.tenant, '') FROM outbox_events e
-        WHERE e.shard = s.shard AND e.published_at IS NULL
-        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
-        LIMIT 1)
-    FROM unnest(%(shards)s::smallint[]) AS s(shard)
-    UNION ALL
-    SELECT t.shard, (
-        SELECT coalesce(e.tenant, '') FROM outbox_events e
-        WHERE e.shard = t.shard AND e.published_at IS NULL
-          AND coalesce(e.tenant, '') < t.tenant
-        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
-        LIMIT 1)
-    FROM tenants t
-    WHERE t.tenant IS NOT NULL
-),
-candidates AS (
-    SELECT t.shard, x.id, (x.k - 1) / coalesce(w.weight, 1) AS turn
-    FROM tenants t
-    LEFT JOIN unnest(%(weight_tenants)s::text[], %(weights)s::int[]) AS w(tenant, weight)
-      ON w.tenant = t.tenant
-    CROSS JOIN LATERAL unnest(ARRAY(
-        SELECT e.id
-        FROM outbox_events e
-        WHERE e.shard = t.shard
-          AND coalesce(e.tenant, '') = t.tenant
-          AND e.published_at IS NULL
-          AND e.status = 'pending'
-          AND e.available_at <= now()
-          AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
-        ORDER BY e.id
-        LIMIT %(per_tenant)s
-    )) WITH ORDINALITY AS x(id, k)
-    WHERE t.tenant IS NOT NULL
-      AND (%(only)s::text[] IS NULL OR t.tenant = ANY(%(only)s::text[]))
-      AND t.tenant <> ALL(%(skip)s::text[])
-),
-chosen AS (
-    SELECT r.id FROM (
-        SELECT c.id, row_number() OVER (PARTITION BY c.shard ORDER BY c.turn, c.id) AS place
-        FROM candidates c
-    ) AS r
-    WHERE r.place <= %(limit)s
-)
-SELECT e.id, e.shard::int, e.event_id::text, e.topic, e.key, e.event_type, e.payload,
-       e.headers::text, e.attempts, extract(epoch FROM e.created_at)::float8, e.tenant
-FROM outbox_events e
-WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
-ORDER BY e.id;
+-- fragment: delete_acked
+DELETE FROM outbox_events e
 
--- name: outbox_settle_delete
--- One statement settles a cycle over many shards: acked rows are deleted, failed rows
--- get their attempt, error and next time (or are parked). Each shard's lease row is
--- locked FOR KEY SHARE and must still carry our token: a takeover (lease_acquire locks
--- that row FOR UPDATE) either committed first, and that shard's rows are left alone, or
--- waits for us to commit. KEY SHARE, not SHARE: lease_renew's UPDATE (FOR NO KEY UPDATE
--- strength) goes ahead beside it. With SHARE a renewal waited for a long settle, and every
--- other settle of those shards (the other lane's) queued behind the waiting renewal.
+-- fragment: mark_acked
+UPDATE outbox_events e SET published_at = now()
+
+-- fragment: settle(acked)
+-- One statement settles a cycle over many shards: acked rows are deleted or marked
+-- published (the acked slot), failed rows get their attempt, error and next time (or are
+-- parked). Each shard's lease row is locked FOR KEY SHARE and must still carry our token:
+-- a takeover (lease_acquire locks that row FOR UPDATE) either committed first, and that
+-- shard's rows are left alone, or waits for us to commit. KEY SHARE, not SHARE:
+-- lease_renew's UPDATE (FOR NO KEY UPDATE strength) goes ahead beside it. With SHARE a
+-- renewal waited for a long settle, and every other settle of those shards (the other
+-- lane's) queued behind the waiting renewal.
 -- Returns (shards still held, settled, failed).
 WITH lease AS (
     SELECT l.shard FROM outbox_relay_leases l
@@ -296,7 +198,7 @@ WITH lease AS (
     FOR KEY SHARE OF l
 ),
 done AS (
-    DELETE FROM outbox_events e
+    {{acked}}
     WHERE e.id = ANY(%(published_ids)s::bigint[])
       AND e.shard IN (SELECT shard FROM lease)
     RETURNING 1
@@ -312,37 +214,16 @@ failed AS (
     WHERE e.id = f.id AND e.shard IN (SELECT shard FROM lease)
     RETURNING 1
 )
-SELECT coalesce((SELECT array_agg(shard::int) FROM lease), '{}'),
-       (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
+SELECT coalesce((SELECT array_agg(shard::int) FROM lease), '{}') AS held,
+       (SELECT count(*) FROM done) AS published, (SELECT count(*) FROM failed) AS failed
+
+-- name: outbox_settle_delete
+-- retention=delete: acked rows are deleted.
+{{settle(acked=delete_acked)}};
 
 -- name: outbox_settle_keep
--- As outbox_settle_delete, but acked rows stay, marked published, until retention.
-WITH lease AS (
-    SELECT l.shard FROM outbox_relay_leases l
-    JOIN unnest(%(shards)s::smallint[], %(tokens)s::bigint[]) AS t(shard, token)
-      ON l.shard = t.shard AND l.token = t.token
-    WHERE l.owner = %(owner)s
-    FOR KEY SHARE OF l
-),
-done AS (
-    UPDATE outbox_events e SET published_at = now()
-    WHERE e.id = ANY(%(published_ids)s::bigint[])
-      AND e.shard IN (SELECT shard FROM lease)
-    RETURNING 1
-),
-failed AS (
-    UPDATE outbox_events e
-    SET attempts = e.attempts + 1,
-        last_error = f.error,
-        available_at = now() + f.delay_s * interval '1 second',
-        status = CASE WHEN f.park THEN 'parked' ELSE 'pending' END
-    FROM unnest(%(failed_ids)s::bigint[], %(errors)s::text[], %(delays_s)s::float8[],
-                %(parks)s::bool[]) AS f(id, error, delay_s, park)
-    WHERE e.id = f.id AND e.shard IN (SELECT shard FROM lease)
-    RETURNING 1
-)
-SELECT coalesce((SELECT array_agg(shard::int) FROM lease), '{}'),
-       (SELECT count(*) FROM done), (SELECT count(*) FROM failed);
+-- retention=keep: acked rows stay, marked published, until retention.
+{{settle(acked=mark_acked)}};
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.
@@ -376,21 +257,7 @@ SELECT
      ));
 
 -- name: outbox_backlog_by_tenant
--- For the per-tenant gauges: pending rows and the oldest one's age of the `top` tenants
--- with the most pending rows (tenant NULL: the untenanted rows, other false), and the
--- rest summed into one row (other true), so the label set stays bounded. One pass over
--- the unpublished rows per refresh, never per scrape.
-WITH per_tenant AS (
-    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
-    FROM outbox_events
-    WHERE published_at IS NULL AND status = 'pending'
-    GROUP BY tenant
-),
-ranked AS (
-    SELECT tenant, pending, oldest,
-           row_number() OVER (ORDER BY pending DESC, tenant NULLS FIRST) > %(top)s AS other
-    FROM per_tenant
-)
+{{tenants_by_pending}}
 SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending)::bigint,
        extract(epoch FROM now() - min(oldest))::float8
 FROM ranked

@@ -12,79 +12,49 @@ VALUES (:event_id, :topic, :key, :shard, :event_type, :payload, :headers,
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
--- name: outbox_claim_batch
--- See the Postgres twin for the rules (status-based, block_key policy, no decoding).
--- SQLite has no LATERAL: the store runs this once per shard, all in one hop to the
+-- fragment: claim_columns
+-- What every claim returns, named as relay.store.ClaimedRow's fields (rows are read by
+-- name); payload and headers pass through undecoded.
+e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers AS headers_json,
+e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0 AS created_at, e.tenant
+
+-- fragment: claimable
+-- See the Postgres twin: a row of the shard that may go out now, its key's order aside.
+e.published_at IS NULL
+AND e.status = 'pending'
+AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
+
+-- fragment: key_not_blocked
+-- block_key policy (see the Postgres twin); the skip policy fills this slot with nothing.
+AND NOT EXISTS (
+    SELECT 1 FROM outbox_events b
+    WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
+      AND b.published_at IS NULL
+      -- Implied by the next line; written out because it is the predicate of the
+      -- partial index outbox_events_blocking_idx, which the planner uses only when a
+      -- query states it.
+      AND (b.status = 'parked' OR b.attempts > 0)
+      AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
+)
+
+-- fragment: one_tenant
+AND coalesce(e.tenant, '') = :tenant
+
+-- fragment: claim_per_shard(tenant, rule)
+-- SQLite has no LATERAL: the store runs a claim once per shard, all in one hop to the
 -- database thread (in-process, so a statement per shard costs no round trip).
-SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
+SELECT {{claim_columns}}
 FROM outbox_events e
 WHERE e.shard = :shard
-  AND e.published_at IS NULL
-  AND e.status = 'pending'
-  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
-  AND NOT EXISTS (
-      SELECT 1 FROM outbox_events b
-      WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
-        AND b.published_at IS NULL
-        -- Implied by the next line; written out because it is the predicate of the
-        -- partial index outbox_events_blocking_idx, which the planner uses only when a
-        -- query states it.
-        AND (b.status = 'parked' OR b.attempts > 0)
-        AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
-  )
+  {{tenant}}
+  AND {{claimable}}
+  {{rule}}
 ORDER BY e.id
-LIMIT :limit;
+LIMIT :limit
 
--- name: outbox_claim_batch_skip
-SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
-FROM outbox_events e
-WHERE e.shard = :shard
-  AND e.published_at IS NULL
-  AND e.status = 'pending'
-  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
-ORDER BY e.id
-LIMIT :limit;
-
--- name: outbox_claim_batch_tenant
--- See the Postgres twin: outbox_claim_batch over one tenant's rows, once per shard.
-SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
-FROM outbox_events e
-WHERE e.shard = :shard
-  AND coalesce(e.tenant, '') = :tenant
-  AND e.published_at IS NULL
-  AND e.status = 'pending'
-  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
-  AND NOT EXISTS (
-      SELECT 1 FROM outbox_events b
-      WHERE b.shard = e.shard AND b.key = e.key AND b.id < e.id
-        AND b.published_at IS NULL
-        AND (b.status = 'parked' OR b.attempts > 0)
-        AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
-  )
-ORDER BY e.id
-LIMIT :limit;
-
--- name: outbox_claim_batch_tenant_skip
-SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
-FROM outbox_events e
-WHERE e.shard = :shard
-  AND coalesce(e.tenant, '') = :tenant
-  AND e.published_at IS NULL
-  AND e.status = 'pending'
-  AND e.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-  AND e.id NOT IN (SELECT value FROM json_each(:in_flight))
-ORDER BY e.id
-LIMIT :limit;
-
--- name: outbox_claim_batch_fair
--- See the Postgres twin for the turns. Run once per shard, like outbox_claim_batch; each
+-- fragment: claim_by_turns(rule)
+-- See the Postgres twin for the turns. Run once per shard, like the plain claim; each
 -- tenant's ids are picked by a correlated id list (SQLite has no LATERAL) walking
 -- outbox_events_tenant_idx; only ids are ranked, then the chosen rows are read.
 WITH RECURSIVE tenants(tenant) AS (
@@ -112,93 +82,38 @@ candidates AS (
     FROM tenants t
     LEFT JOIN weights w ON w.tenant = t.tenant
     JOIN outbox_events c ON c.id IN (
-        SELECT x.id FROM outbox_events x
-        WHERE x.shard = :shard
-          AND coalesce(x.tenant, '') = t.tenant
-          AND x.published_at IS NULL
-          AND x.status = 'pending'
-          AND x.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-          AND x.id NOT IN (SELECT value FROM json_each(:in_flight))
-          AND NOT EXISTS (
-              SELECT 1 FROM outbox_events b
-              WHERE b.shard = x.shard AND b.key = x.key AND b.id < x.id
-                AND b.published_at IS NULL
-                AND (b.status = 'parked' OR b.attempts > 0)
-                AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
-          )
-        ORDER BY x.id
+        SELECT e.id FROM outbox_events e
+        WHERE e.shard = :shard
+          AND coalesce(e.tenant, '') = t.tenant
+          AND {{claimable}}
+          {{rule}}
+        ORDER BY e.id
         LIMIT :per_tenant
     )
     WHERE t.tenant IS NOT NULL
       AND (:only IS NULL OR t.tenant IN (SELECT value FROM json_each(:only)))
       AND t.tenant NOT IN (SELECT value FROM json_each(:skip))
 )
-SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
+SELECT {{claim_columns}}
 FROM outbox_events e
 WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
-ORDER BY e.id;
+ORDER BY e.id
 
--- name: outbox_claim_batch_fair_skip
-WITH RECURSIVE tenants(tenant) AS (
-    SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
-            WHERE e.shard = :shard AND e.published_at IS NULL
-            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
-            LIMIT 1)
-    UNION ALL
-    SELECT (SELECT coalesce(e.tenant, '') FROM outbox_events e
-            WHERE e.shard = :shard AND e.published_at IS NULL
-              AND coalesce(e.tenant, '') < t.tenant
-            ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
-            LIMIT 1)
-    FROM tenants t
-    WHERE t.tenant IS NOT NULL
-),
-weights(tenant, weight) AS (
-    SELECT n.value, w.value
-    FROM json_each(:weight_tenants) AS n JOIN json_each(:weights) AS w USING (key)
-),
-candidates AS (
-    SELECT c.id,
-           (row_number() OVER (PARTITION BY t.tenant ORDER BY c.id) - 1)
-               / coalesce(w.weight, 1) AS turn
-    FROM tenants t
-    LEFT JOIN weights w ON w.tenant = t.tenant
-    JOIN outbox_events c ON c.id IN (
-        SELECT x.id FROM outbox_events x
-        WHERE x.shard = :shard
-          AND coalesce(x.tenant, '') = t.tenant
-          AND x.published_at IS NULL
-          AND x.status = 'pending'
-          AND x.available_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-          AND x.id NOT IN (SELECT value FROM json_each(:in_flight))
-        ORDER BY x.id
-        LIMIT :per_tenant
-    )
-    WHERE t.tenant IS NOT NULL
-      AND (:only IS NULL OR t.tenant IN (SELECT value FROM json_each(:only)))
-      AND t.tenant NOT IN (SELECT value FROM json_each(:skip))
-)
-SELECT e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers,
-       e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0, e.tenant
-FROM outbox_events e
-WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
-ORDER BY e.id;
+-- fragment: acked_in_held_shards
+WHERE id IN (SELECT value FROM json_each(:published_ids))
+  AND shard IN (SELECT value FROM json_each(:shards))
+RETURNING 1
 
 -- name: outbox_delete_published
 -- The settle, in steps inside database_begin_immediate after lease_check of each shard
 -- (the write lock is the fence); shards is the JSON array of those still held. Each
 -- returns a row per row changed.
 DELETE FROM outbox_events
-WHERE id IN (SELECT value FROM json_each(:published_ids))
-  AND shard IN (SELECT value FROM json_each(:shards))
-RETURNING 1;
+{{acked_in_held_shards}};
 
 -- name: outbox_mark_published
 UPDATE outbox_events SET published_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE id IN (SELECT value FROM json_each(:published_ids))
-  AND shard IN (SELECT value FROM json_each(:shards))
-RETURNING 1;
+{{acked_in_held_shards}};
 
 -- name: outbox_record_failures
 -- failed_ids, errors, delays_s and parks: JSON arrays paired by position.
@@ -241,18 +156,7 @@ SELECT
     + 0 * :shard_count;
 
 -- name: outbox_backlog_by_tenant
--- See the Postgres twin.
-WITH per_tenant AS (
-    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
-    FROM outbox_events
-    WHERE published_at IS NULL AND status = 'pending'
-    GROUP BY tenant
-),
-ranked AS (
-    SELECT tenant, pending, oldest,
-           row_number() OVER (ORDER BY pending DESC, tenant NULLS FIRST) > :top AS other
-    FROM per_tenant
-)
+{{tenants_by_pending}}
 SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending),
        (julianday('now') - julianday(min(oldest))) * 86400.0
 FROM ranked
