@@ -19,8 +19,8 @@ from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.errors import MigrationError, OutboxError
 from outbox_core.executors import AsyncPool, Plan, Rows, Statement
+from outbox_core.supervisor import pieces
 from relay.errors import RelayError, StartupRefused, StoreUnavailable
-from relay.loop_share import pieces
 from relay.sqlite_lock import RelayFileLock
 from relay.store import (
     AppliedMigration,

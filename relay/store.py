@@ -2,7 +2,7 @@
 
 One implementation (sql_store.SqlStore) serves Postgres and SQLite, and passes
 tests/integration/test_store_conformance.py on both. Errors leave a store only as
-RelayError subclasses (StoreUnavailable, LeaseLost); the SQL is in outbox_core/sql.
+RelayError subclasses (StoreUnavailable); the SQL is in outbox_core/sql.
 """
 
 from __future__ import annotations

@@ -1,24 +1,22 @@
-"""The replica's work loop: one cycle claims for every shard it holds in one statement,
-publishes what came back, and settles it in one statement (batch.send_batch and
-settle_batch). The next cycle's claim and send run while the previous settle is in
-flight: that claim leaves the previous batch's rows out, and holds back the keys whose
-failure the settle is still recording, so no later row of a key goes out before an
-earlier one is acked, or past an earlier one's failure.
+"""The replica's work loop. The `Pipeline` is the shards this replica holds and the lanes
+that work them; a `Lane` runs the step (step.py) over and over, one cycle after another:
+each cycle claims for every held shard in one statement, publishes what came back, and
+starts its settle, which runs while the next cycle claims and sends.
 
 One loop instead of a task per shard: at a steady trickle a cycle carries every shard's
-new rows in three round trips (claim, send, settle), where per-shard workers paid three
+new rows in three round trips (claim, send, settle), where a task per shard paid three
 per shard. An empty claim is the probe: while rows come a cycle starts every
 probe_interval_s, at once after a shard came back full, and every probe_idle_interval_s
-once nothing was found for probe_idle_after_s (wakeup.py); a NOTIFY hint wakes it early.
-Rows held back behind a failing row of their key are not claimed at all (the claim's
-NOT EXISTS), so nothing spins on them.
+once nothing was found for probe_idle_after_s (ProbeSettings); a NOTIFY hint wakes it
+early. Rows held back behind a failing row of their key are not claimed at all (the
+claim's NOT EXISTS), so nothing spins on them.
 
-The loop is a `Lane`. With fair turns and tenant_bulk_rows, the cycle runs two lanes over
-the same shards, each with its own tenants (lanes.py): a tenant's backlog drains in the
-bulk lane while the quick lane keeps the other tenants' events moving.
+With fair turns and tenant_bulk_rows, the pipeline runs two lanes over the same shards,
+each with its own tenants (lanes.py): a tenant's backlog drains in the bulk lane while the
+quick lane keeps the other tenants' events moving.
 
-Leases come and go between cycles (leases.py calls start, drop, hand_over); a cycle
-settles with the tokens it claimed with, fenced per shard in the database.
+Leases come and go between cycles (control/leases.py calls start, drop, hand_over); a
+cycle settles with the tokens it claimed with, fenced per shard in the database.
 """
 
 from __future__ import annotations
@@ -29,17 +27,101 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
+from pydantic import Field, model_validator
+
+from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor, Wake
-from relay.batch import BatchOutcome, BatchRules, Sent, send_batch, settle_batch
-from relay.errors import KafkaUnavailable, PublishFailed, RelayError, StoreUnavailable
-from relay.lanes import LaneName, TenantLanes
-from relay.observer import RelayObserver
-from relay.producer_keeper import ProducerKeeper, retriable
+from relay.errors import RelayError, StoreUnavailable
+from relay.ops.observer import RelayObserver
+from relay.pipeline.lanes import LaneName, TenantLanes
+from relay.pipeline.step import BatchOutcome, BatchRules, Sent, Step
 from relay.store import Store
-from relay.wakeup import ProbeSettings
+from relay.transport.errors import PublishFailed, TransportUnavailable
+from relay.transport.protocol import Publisher
 
 log = logging.getLogger("relay.cycle")
+
+
+class ProbeSettings(SettingsGroup):
+    """How soon the relay looks for new rows: the probe, an empty claim over every held
+    shard (one statement, one short index walk per shard). While rows come, a cycle
+    starts every interval_s, so a committed event is found within a few milliseconds
+    without a NOTIFY per row; after idle_after_s with nothing found it runs every
+    idle_interval_s, so an idle relay costs little; the first find brings it back to
+    interval_s. NOTIFY hints, when on, start a cycle at once."""
+
+    env_infix: ClassVar[str] = "probe_"
+
+    interval_s: float = Field(
+        default=0.005,
+        gt=0,
+        description="While rows come, how often a cycle claims for every held shard (the "
+        "wake-up path: commit-to-claim latency is about half of it).",
+    )
+    idle_interval_s: float = Field(
+        default=0.05,
+        gt=0,
+        description="The cycle's interval once it has found nothing for idle_after_s: what "
+        "an idle relay costs (and the latency of the first event after a quiet spell).",
+    )
+    idle_after_s: float = Field(
+        default=1.0, ge=0, description="Quiet time after which the cycle slows down."
+    )
+
+    @model_validator(mode="after")
+    def _intervals(self) -> ProbeSettings:
+        if self.interval_s > self.idle_interval_s:
+            raise ValueError(
+                "probe_interval_s (OUTBOX_PROBE_INTERVAL_S) must not exceed "
+                "probe_idle_interval_s (OUTBOX_PROBE_IDLE_INTERVAL_S)"
+            )
+        return self
+
+
+def retriable(exc: BaseException) -> bool:
+    """What the relay retries with backoff: the transport or the database away, a
+    retriable send."""
+    return isinstance(exc, TransportUnavailable | StoreUnavailable) or (
+        isinstance(exc, PublishFailed) and exc.retriable
+    )
+
+
+class PublisherKeeper:
+    """The publisher a lane sends through, and its replacement when it breaks.
+
+    A fatal producer error (fenced, out-of-order sequence, closed) needs a new producer, not
+    a new process. Several lanes may see the same failure; the generation counter makes
+    sure only the first of them replaces it, and the others carry on with the new one."""
+
+    def __init__(
+        self, publisher: Publisher, *, supervisor: Supervisor, observer: RelayObserver
+    ) -> None:
+        self.publisher = publisher
+        self.generation = 0
+        self._lock = asyncio.Lock()
+        self._sup = supervisor
+        self._observer = observer
+
+    async def start(self) -> None:
+        """Start the producer, retrying while the transport is away; raises only once
+        stopping."""
+        await self._sup.retry("transport start", self.publisher.start, retriable)
+        self._observer.transport_started()
+
+    async def recreate(self, seen_generation: int) -> None:
+        """Replace the producer that failed at seen_generation (once, whoever asks)."""
+        async with self._lock:
+            if seen_generation != self.generation:
+                return  # another lane already replaced it
+            log.warning("producer failed fatally; recreating it")
+            self._observer.producer_recreated()
+            await self._sup.retry("producer recreate", self.publisher.recreate, retriable)
+            self.generation += 1
+
+    async def stop(self) -> None:
+        await self.publisher.stop()
 
 
 @dataclass
@@ -52,47 +134,47 @@ class Shards:
 
 @dataclass(frozen=True)
 class LaneParts:
-    """What every lane of a cycle shares."""
+    """What every lane of a pipeline shares."""
 
-    pacing: ProbeSettings
+    probe: ProbeSettings
     store: Store
-    producer: ProducerKeeper
+    publisher: PublisherKeeper
     observer: RelayObserver
     supervisor: Supervisor
     on_batch: Callable[[BatchOutcome], None] | None
 
 
-class Cycle:
+class Pipeline:
     """The shards this replica holds, and the lanes that claim, send and settle for them."""
 
     def __init__(
         self,
-        pacing: ProbeSettings,
+        probe: ProbeSettings,
         rules: BatchRules,
         *,
         store: Store,
-        producer: ProducerKeeper,
+        publisher: PublisherKeeper,
         observer: RelayObserver,
         supervisor: Supervisor,
         on_batch: Callable[[BatchOutcome], None] | None = None,
-        bulk_producer: ProducerKeeper | None = None,
+        bulk_publisher: PublisherKeeper | None = None,
     ) -> None:
         self.rules = rules
         self._store = store
         self._shards = Shards()
-        parts = LaneParts(pacing, store, producer, observer, supervisor, on_batch)
+        parts = LaneParts(probe, store, publisher, observer, supervisor, on_batch)
         turns = rules.turns
         if turns is None or rules.bulk_rows is None:
-            self.lanes = [Lane("cycle", rules, self._shards, parts)]
+            self.lanes = [Lane("lane", rules, self._shards, parts)]
             return
         tenants = TenantLanes(turns, rules.bulk_rows, rules.batch.batch_size)
         # A producer of its own for the bulk lane: one producer keeps one request in
         # flight per broker, so the quick lane's records would queue behind megabytes of
         # the bulk lane's.
-        bulk_parts = replace(parts, producer=bulk_producer or producer)
+        bulk_parts = replace(parts, publisher=bulk_publisher or publisher)
         self.lanes = [
-            Lane("cycle-quick", rules, self._shards, parts, tenants, "quick"),
-            Lane("cycle-bulk", rules, self._shards, bulk_parts, tenants, "bulk"),
+            Lane("lane-quick", rules, self._shards, parts, tenants, "quick"),
+            Lane("lane-bulk", rules, self._shards, bulk_parts, tenants, "bulk"),
         ]
 
     @property
@@ -138,18 +220,18 @@ class Cycle:
         except TimeoutError:
             log.warning("grace period over; abandoned the cycle in flight")
             for lane in self.lanes:
-                lane.abandon()
+                lane.step.abandon()
         self._shards.claimed.clear()
         self._shards.leaving.clear()
         return held
 
     async def _all_done(self) -> None:
         """Every batch begun by now, in every lane, settled."""
-        await asyncio.gather(*(lane.until_done(lane.begun) for lane in self.lanes))
+        await asyncio.gather(*(lane.until_done(lane.step.begun) for lane in self.lanes))
 
 
 class Lane:
-    """One loop of claim, send and settle over the cycle's shards, for its tenants."""
+    """One loop of cycles over the pipeline's shards, for its tenants."""
 
     def __init__(
         self,
@@ -163,9 +245,8 @@ class Lane:
         self.name = name  # the supervised task's
         self.rules = rules
         self._shards = shards
-        self.pacing = parts.pacing
-        self._store = parts.store
-        self._producer = parts.producer
+        self.probe = parts.probe
+        self._publisher = parts.publisher
         self._observer = parts.observer
         self._sup = parts.supervisor
         self._on_batch = parts.on_batch
@@ -174,62 +255,48 @@ class Lane:
         self._wake = Wake()
         if tenants is not None:
             tenants.on_wake(lane, self._wake.set)
-        # The batch sent and being settled, with its number; sends are numbered as they
-        # begin, and _done is the highest number whose outcome is final.
-        self._settling: tuple[int, Sent, asyncio.Task[BatchOutcome]] | None = None
-        self.begun = 0
+        self.step = Step(
+            rules,
+            store=parts.store,
+            publisher=parts.publisher.publisher,
+            on_settled=self._settled,
+        )
+        # Sends are numbered as they begin (step.begun); _done is the highest number
+        # whose outcome is final.
         self._done = 0
         self._progress = asyncio.Condition()
 
     def wake(self) -> None:
         self._wake.set()
 
-    def abandon(self) -> None:
-        """Shutdown past its grace period: stop waiting for the settle in flight."""
-        if self._settling is not None:
-            self._settling[2].cancel()
-
     # ------------------------------------------------------------------ one cycle
 
     async def run_once(self) -> BatchOutcome:
         """One whole cycle over the held shards, settled before it returns."""
-        sent = await self._send()
+        sent = await self._cycle()
         if sent is None:
             return BatchOutcome(0)
-        outcome = await self._settled()
-        assert outcome is not None
-        return outcome
+        return await self.step.settled() or BatchOutcome(claimed=len(sent.rows))
 
     def _rules(self) -> BatchRules | None:
-        """This claim's rules: the lane's tenants, when the cycle has lanes; None when the
-        lane has none to claim for."""
+        """This claim's rules: the lane's tenants, when the pipeline has lanes; None when
+        the lane has none to claim for."""
         if self._tenants is None:
             return self.rules
         turns = self._tenants.turns(self._lane)
         return None if turns is None else replace(self.rules, turns=turns)
 
-    async def _send(self) -> Sent | None:
-        """Claim and send while the previous batch settles; then wait for that settle and
-        start this batch's. None when nothing was due."""
+    async def _cycle(self) -> Sent | None:
+        """The step's send (claim and send while the previous batch settles, then start
+        this batch's settle), and what the lane does around it. None when nothing was due."""
         tokens = dict(self._shards.claimed)
         rules = self._rules()
         if not tokens or rules is None:
-            await self._settled()
+            await self.step.settled()
             return None
-        self.begun += 1
-        number = self.begun
-        generation = self._producer.generation
-        previous = self._settling[1] if self._settling is not None else None
-        try:
-            sent = await send_batch(
-                tokens,
-                store=self._store,
-                publisher=self._producer.publisher,
-                rules=rules,
-                after=previous,
-            )
-        finally:
-            await self._settled()
+        generation = self._publisher.generation
+        sent = await self.step.send(tokens, rules)
+        number = self.step.begun
         if self._tenants is not None:
             self._tenants.claimed(self._lane, number, sent.rows if sent is not None else [])
         if sent is None:
@@ -237,28 +304,15 @@ class Lane:
             await self._mark_done(number)
             return None
         if sent.fatal:
-            await self._producer.recreate(generation)
-        task = asyncio.create_task(settle_batch(sent, store=self._store, rules=self.rules))
-        self._settling = (number, sent, task)
+            await self._publisher.recreate(generation)
         return sent
 
-    async def _settled(self) -> BatchOutcome | None:
-        """Wait for the settle in flight, if any, and take in what it did."""
-        if self._settling is None:
-            return None
-        number, sent, task = self._settling
-        try:
-            outcome = await asyncio.shield(task)
-        except StoreUnavailable as exc:
-            # Published but not marked: the rows stay pending and go out again (a
-            # duplicate, never a loss); the next claim finds the database's state.
+    async def _settled(self, sent: Sent, outcome: BatchOutcome | None) -> None:
+        """The step's settle of `sent` ended (outcome None: it failed)."""
+        await self._mark_done(sent.number)
+        if outcome is None:
             self._observer.store_error()
-            log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
-            return None
-        finally:
-            if task.done():
-                self._settling = None
-                await self._mark_done(number)
+            return
         for shard in outcome.lost:
             self._observer.lease_lost()
             log.warning("fenced write refused: lease lost", extra={"shard": shard})
@@ -267,7 +321,6 @@ class Lane:
         if outcome.parked:
             log.warning("rows parked", extra={"count": outcome.parked})
         self._record(outcome)
-        return outcome
 
     def _record(self, outcome: BatchOutcome) -> None:
         self._sup.tick()
@@ -291,23 +344,23 @@ class Lane:
     async def _attempt(self) -> Sent | None:
         # The producer this attempt uses: a failure seen after it was already replaced
         # must not replace the new one too.
-        generation = self._producer.generation
+        generation = self._publisher.generation
         try:
-            return await self._send()
-        except KafkaUnavailable as exc:
-            self._observer.kafka_outage()
+            return await self._cycle()
+        except TransportUnavailable as exc:
+            self._observer.transport_outage()
             if exc.error.fatal:
-                await self._producer.recreate(generation)
+                await self._publisher.recreate(generation)
             raise
         except StoreUnavailable:
             self._observer.store_error()
             raise
         finally:
-            if self.begun > self._done and self._settling is None:
-                await self._mark_done(self.begun)  # a send that failed is over too
+            if self.step.begun > self._done and not self.step.settling:
+                await self._mark_done(self.step.begun)  # a send that failed is over too
 
     async def run(self) -> None:
-        pacing = self.pacing
+        probe = self.probe
         last_rows = time.monotonic()
         try:
             while not self._sup.stopping.is_set():
@@ -315,7 +368,7 @@ class Lane:
                 self._wake.clear()
                 try:
                     sent = await self._sup.retry("relay batch", self._attempt, retriable)
-                except (KafkaUnavailable, StoreUnavailable, PublishFailed):
+                except (TransportUnavailable, StoreUnavailable, PublishFailed):
                     return  # raised only once stopping; nothing was settled, rows stay pending
                 except Exception:
                     log.exception("relay cycle failed unexpectedly")
@@ -325,9 +378,9 @@ class Lane:
                     last_rows = started
                     if sent.full:
                         continue
-                quiet = started - last_rows > pacing.idle_after_s
-                interval = pacing.idle_interval_s if quiet else pacing.interval_s
+                quiet = started - last_rows > probe.idle_after_s
+                interval = probe.idle_interval_s if quiet else probe.interval_s
                 await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)), self._wake)
         finally:
             with contextlib.suppress(Exception):
-                await self._settled()  # what was sent is settled before the loop ends
+                await self.step.settled()  # what was sent is settled before the loop ends

@@ -1,19 +1,23 @@
-"""One relay step over every shard a replica holds, in two halves: `send_batch` claims a
-batch (up to batch_size rows per shard, in one statement), hands it to Kafka and waits for
-the acks; `settle_batch` marks it (one statement). No loop, no sleep.
+"""The relay's step: one lane's claim, send and settle over every shard it holds. The
+loop (loop.py) runs it, and so do the tests; no loop, no sleep here.
 
-`publish_batch` is both halves in turn. The cycle (cycle.py) runs the next send while the
-previous settle is in flight. Nothing is written for a shard whose lease no longer
-carries its token (fenced settle).
+A step claims up to batch_size rows per shard in one statement, turns them into records,
+lets KeyOrder (ordering.py) decide which may go out, publishes those, and starts their
+settle: one statement, fenced per shard (nothing is written for a shard whose lease no
+longer carries its token). The settle runs while the next step claims and sends; that
+step waits for it before starting its own, so at most one settle is in flight.
+
+What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
+or (a broken producer; the transport away as a whole) not charged at all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar, Literal
@@ -22,12 +26,15 @@ from pydantic import Field
 
 from outbox_core.backoff import delay_s
 from outbox_core.settings import SettingsGroup
-from relay.errors import KafkaUnavailable, PublishFailed
-from relay.kafka_errors import classify
-from relay.loop_share import pieces
-from relay.publisher import HELD, OutgoingRecord, Publisher
-from relay.records import to_records
+from outbox_core.supervisor import pieces
+from relay.errors import StoreUnavailable
+from relay.pipeline.ordering import KeyOrder, Plan
 from relay.store import ClaimedRow, Failure, Store, TenantTurns
+from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
+from relay.transport.protocol import Publisher
+from relay.transport.records import OutgoingRecord, to_records
+
+log = logging.getLogger("relay.cycle")
 
 MAX_ERROR_CHARS = 2000
 
@@ -110,19 +117,10 @@ class BatchOutcome:
     lost: frozenset[int] = frozenset()  # shards whose lease was gone at the settle
     latency_s: float | None = None  # commit to ack of the oldest row published
     published_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
-    failures_by_reason: dict[str, int] = field(default_factory=dict, repr=False)
+    failures_by_reason: dict[FailureReason, int] = field(default_factory=dict, repr=False)
 
 
 _ID = attrgetter("id")  # per published row: map() with it runs in C
-
-_REASON = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,63}$")
-
-
-def failure_reason(error: PublishFailed) -> str:
-    """The error's class ("KafkaTimeoutError", "RecordTooLarge"), a metric label: never the
-    free text after it, which varies per row and would grow the label set without bound."""
-    head = str(error).split(":", 1)[0].strip()
-    return head if _REASON.match(head) else "other"
 
 
 def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
@@ -139,175 +137,180 @@ def _failure(row: ClaimedRow, error: PublishFailed, settings: BatchSettings) -> 
 
 @dataclass
 class Sent:
-    """A batch claimed and sent, its acks in, not settled yet (send_batch's result)."""
+    """A batch claimed and sent, its acks in, its settle to come (Step.send's result)."""
 
+    number: int  # the step's sends are numbered as they begin
     tokens: dict[int, int]  # the leases of the shards its rows came from
     rows: list[ClaimedRow]
     published: list[ClaimedRow]
     errors: dict[int, PublishFailed]  # by row id
     failures: list[Failure]  # the errors charged to their rows
+    failed: list[ClaimedRow]  # their rows
     held_back: int
     fatal: bool
     full: bool
 
+
+Settled = Callable[[Sent, BatchOutcome | None], Awaitable[None]]
+
+
+async def _nothing(sent: Sent, outcome: BatchOutcome | None) -> None:
+    return None
+
+
+class Step:
+    """One lane's claim -> send -> settle, with at most one settle in flight.
+
+    `send` is what the loop runs: claim and send while the previous batch settles, then
+    wait for that settle and start this batch's. `run` is send and then that settle:
+    one whole step, settled before it returns. on_settled hears of every settle's end
+    (None: the settle failed, and its rows go out again).
+    """
+
+    def __init__(
+        self,
+        rules: BatchRules,
+        *,
+        store: Store,
+        publisher: Publisher,
+        on_settled: Settled = _nothing,
+    ) -> None:
+        self.rules = rules
+        self._store = store
+        self._publisher = publisher
+        self._on_settled = on_settled
+        self.order = KeyOrder(rules.batch.failure_policy)
+        self.begun = 0  # sends begun; Sent.number
+        self._settling: tuple[Sent, asyncio.Task[BatchOutcome]] | None = None
+
     @property
-    def in_flight(self) -> list[int]:
-        """Rows the settle will write: a claim made meanwhile must leave them out."""
-        return [*map(_ID, self.published), *(f.id for f in self.failures)]
+    def settling(self) -> bool:
+        """A settle is in flight."""
+        return self._settling is not None
 
-    def blocked_keys(self, policy: str) -> set[str]:
-        """Keys whose later rows must wait for this settle: under block_key, those with a
-        failure the database does not know of yet."""
-        if policy != "block_key" or not self.failures:
-            return set()
-        by_id = {row.id: row for row in self.rows}
-        return {by_id[f.id].key for f in self.failures}
+    async def run(self, tokens: Mapping[int, int]) -> BatchOutcome:
+        """One whole step: send, then wait for its settle."""
+        sent = await self.send(tokens)
+        if sent is None or self._settling is None:
+            return BatchOutcome(0)
+        task = self._settling[1]
+        try:
+            return await asyncio.shield(task)  # a failed settle raises here, to the caller
+        finally:
+            await self.settled()
 
+    async def send(self, tokens: Mapping[int, int], rules: BatchRules | None = None) -> Sent | None:
+        """Claim for these shards (rules: this claim's, e.g. a lane's tenants), send, wait
+        for the acks; meanwhile the previous batch settles. Then start this batch's
+        settle. None when nothing was due."""
+        self.begun += 1
+        try:
+            sent = await self._send(self.begun, tokens, rules or self.rules)
+        finally:
+            await self.settled()
+        if sent is not None:
+            self.order.settling(sent.published, sent.failed)
+            task = asyncio.create_task(self._settle(sent))
+            self._settling = (sent, task)
+        return sent
 
-async def send_batch(
-    tokens: Mapping[int, int],
-    *,
-    store: Store,
-    publisher: Publisher,
-    rules: BatchRules,
-    after: Sent | None = None,
-) -> Sent | None:
-    """Claim for these shards, send, wait for the acks; None when nothing was due. after:
-    the previous batch, acked and being settled: its rows are left out of the claim and
-    its failed keys held back (their failures are not in the database yet)."""
-    settings = rules.batch
-    block = settings.failure_policy == "block_key"
-    in_flight = after.in_flight if after is not None else []
-    rows = await store.claim(
-        list(tokens), settings.batch_size, settings.failure_policy, in_flight, rules.turns
-    )
-    if not rows:
-        return None
-    failed_keys = after.blocked_keys(settings.failure_policy) if after is not None else set()
-    errors: dict[int, PublishFailed] = {}
-    limit = rules.max_request_size
-    topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
-    records: list[OutgoingRecord] = []
-    oversized: dict[int, int] = {}
-    async for start, piece in pieces(rows):  # a large claim gives the other lane turns
-        built, too_large = to_records(piece, topic_of, limit)
-        records += built
-        oversized.update((start + i, size) for i, size in too_large.items())
-    sending: list[ClaimedRow] = rows
-    if oversized or (block and failed_keys):  # rare: most claims send every row
-        screened: list[OutgoingRecord] = []
-        sending = []
-        for i, row in enumerate(rows):
-            if block and row.key in failed_keys:
-                continue  # stays pending; the next claim waits behind its failed row
-            if i in oversized:
-                # Known before sending: refuse it here so nothing later of its key goes out.
-                errors[row.id] = PublishFailed(
-                    f"RecordTooLarge: record of {oversized[i]} bytes exceeds "
-                    f"kafka_max_request_size ({limit})",
-                    retriable=False,
-                )
-                failed_keys.add(row.key)
-                continue
-            sending.append(row)
-            screened.append(records[i])
-        records = screened
-    held_back = len(rows) - len(sending) - len(errors)
-    handed = await publisher.enqueue_batch(records)
-    # Records of one record batch share one ack: wait on each ack once, with its rows.
-    batches: dict[int, tuple[Awaitable[None], list[ClaimedRow]]] = {}
-    fatal = False
-    for row, item in zip(sending, handed, strict=True):
-        if item is HELD:
-            held_back += 1  # waits for its key's earlier rows to be acked: next claim
-            continue
-        if isinstance(item, PublishFailed):
-            fatal = fatal or item.fatal
-            if block and row.key in failed_keys:
-                held_back += 1  # refused behind an earlier failed row of its key: not charged
-                continue
-            errors[row.id] = item
-            failed_keys.add(row.key)
-            continue
-        batch = batches.get(id(item))
-        if batch is None:
-            batches[id(item)] = (item, [row])  # type: ignore[assignment]
-        else:
-            batch[1].append(row)
-    results = await asyncio.gather(*(ack for ack, _ in batches.values()), return_exceptions=True)
-    published: list[ClaimedRow] = []
-    # A key's rows of one claim share one ack (one record batch): they are published or
-    # failed together, so none is acked after an earlier one of its key failed.
-    for (_, members), result in zip(batches.values(), results, strict=True):
-        if not isinstance(result, BaseException):
-            published += members
-            continue
-        if isinstance(result, asyncio.CancelledError):
-            raise result
-        err = classify(result)
-        fatal = fatal or err.fatal
-        for row in members:
-            errors[row.id] = err
-            failed_keys.add(row.key)
-    # A broken producer is not the rows' fault: they stay pending, uncharged. When nothing
-    # got through and every failure is the transport's, Kafka as a whole is away: nothing
-    # is charged and the cycle backs off. A topic-level error (unknown topic) is charged
-    # to its rows even then, so a missing topic cannot hold the whole shard back.
-    if errors and not published and all(e.transport or e.fatal for e in errors.values()):
-        raise KafkaUnavailable(next(iter(errors.values())))
-    by_id = {row.id: row for row in rows} if errors else {}
-    per_shard = Counter(map(attrgetter("shard"), rows))
-    return Sent(
-        tokens={s: t for s, t in tokens.items() if s in per_shard},
-        rows=rows,
-        published=published,
-        errors=errors,
-        failures=[_failure(by_id[i], e, settings) for i, e in errors.items() if not e.fatal],
-        held_back=held_back,
-        fatal=fatal,
-        full=max(per_shard.values()) >= rules.shard_full_at,
-    )
+    async def settled(self) -> BatchOutcome | None:
+        """Wait for the settle in flight, if any; None when there was none or it failed."""
+        if self._settling is None:
+            return None
+        sent, task = self._settling
+        outcome: BatchOutcome | None = None
+        try:
+            outcome = await asyncio.shield(task)
+        except StoreUnavailable as exc:
+            # Published but not marked: the rows stay pending and go out again (a
+            # duplicate, never a loss); the next claim finds the database's state.
+            log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
+        finally:
+            if task.done():
+                self._settling = None
+                self.order.settled()
+        await self._on_settled(sent, outcome)
+        return outcome
 
+    def abandon(self) -> None:
+        """Shutdown past its grace period: stop waiting for the settle in flight."""
+        if self._settling is not None:
+            self._settling[1].cancel()
 
-async def settle_batch(sent: Sent, *, store: Store, rules: BatchRules) -> BatchOutcome:
-    """Mark the published rows and record the failures, fenced per shard."""
-    published, failures = sent.published, sent.failures
-    settled = await store.settle(
-        rules.owner, sent.tokens, list(map(_ID, published)), failures, rules.keep
-    )
-    if settled.lost:
-        # Those rows stay pending for the shard's new owner (published again: at least once).
-        lost = settled.lost
-        shard_of = {row.id: row.shard for row in sent.rows}
-        published = [row for row in published if row.shard not in lost]
-        failures = [f for f in failures if shard_of[f.id] not in lost]
-    parked = sum(1 for f in failures if f.park)
-    return BatchOutcome(
-        claimed=len(sent.rows),
-        published=len(published),
-        retried=len(failures) - parked,
-        parked=parked,
-        held_back=sent.held_back,
-        fatal_producer_error=sent.fatal,
-        full=sent.full,
-        lost=settled.lost,
-        latency_s=(
-            time.time() - min(map(attrgetter("created_at"), published)) if published else None
-        ),
-        published_by_topic=dict(Counter(map(attrgetter("topic"), published))),
-        failures_by_reason=dict(Counter(failure_reason(e) for e in sent.errors.values())),
-    )
+    async def _send(self, number: int, tokens: Mapping[int, int], rules: BatchRules) -> Sent | None:
+        settings = rules.batch
+        rows = await self._store.claim(
+            list(tokens),
+            settings.batch_size,
+            settings.failure_policy,
+            self.order.in_flight,
+            rules.turns,
+        )
+        if not rows:
+            return None
+        limit = rules.max_request_size
+        topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
+        records: list[OutgoingRecord] = []
+        oversized: dict[int, int] = {}
+        async for start, piece in pieces(rows):  # a large claim gives the other lane turns
+            built, too_large = to_records(piece, topic_of, limit)
+            records += built
+            oversized.update((start + i, size) for i, size in too_large.items())
+        plan: Plan = self.order.plan(rows, records, oversized, limit)
+        outcomes = await self._publisher.publish(plan.records) if plan.records else []
+        verdict = self.order.judge(plan, outcomes)
+        errors, published = verdict.errors, verdict.published
+        # A broken producer is not the rows' fault: they stay pending, uncharged. When
+        # nothing got through and every failure is the transport's, the transport as a
+        # whole is away: nothing is charged and the loop backs off. A topic-level error
+        # (unknown topic) is charged to its rows even then, so a missing topic cannot hold
+        # the whole shard back.
+        if errors and not published and all(e.transport for e in errors.values()):
+            raise TransportUnavailable(next(iter(errors.values())))
+        by_id = {row.id: row for row in rows} if errors else {}
+        failed = [by_id[i] for i, e in errors.items() if not e.fatal]
+        per_shard = Counter(map(attrgetter("shard"), rows))
+        return Sent(
+            number=number,
+            tokens={s: t for s, t in tokens.items() if s in per_shard},
+            rows=rows,
+            published=published,
+            errors=errors,
+            failures=[_failure(row, errors[row.id], settings) for row in failed],
+            failed=failed,
+            held_back=verdict.held_back,
+            fatal=verdict.fatal,
+            full=max(per_shard.values()) >= rules.shard_full_at,
+        )
 
-
-async def publish_batch(
-    tokens: Mapping[int, int],
-    *,
-    store: Store,
-    publisher: Publisher,
-    rules: BatchRules,
-) -> BatchOutcome:
-    """One whole step: send_batch, then settle_batch."""
-    sent = await send_batch(tokens, store=store, publisher=publisher, rules=rules)
-    if sent is None:
-        return BatchOutcome(0)
-    return await settle_batch(sent, store=store, rules=rules)
+    async def _settle(self, sent: Sent) -> BatchOutcome:
+        """Mark the published rows and record the failures, fenced per shard."""
+        rules = self.rules
+        published, failures = sent.published, sent.failures
+        settled = await self._store.settle(
+            rules.owner, sent.tokens, list(map(_ID, published)), failures, rules.keep
+        )
+        if settled.lost:
+            # Those rows stay pending for the shard's new owner (published again: at least
+            # once).
+            lost = settled.lost
+            shard_of = {row.id: row.shard for row in sent.rows}
+            published = [row for row in published if row.shard not in lost]
+            failures = [f for f in failures if shard_of[f.id] not in lost]
+        parked = sum(1 for f in failures if f.park)
+        return BatchOutcome(
+            claimed=len(sent.rows),
+            published=len(published),
+            retried=len(failures) - parked,
+            parked=parked,
+            held_back=sent.held_back,
+            fatal_producer_error=sent.fatal,
+            full=sent.full,
+            lost=settled.lost,
+            latency_s=(
+                time.time() - min(map(attrgetter("created_at"), published)) if published else None
+            ),
+            published_by_topic=dict(Counter(map(attrgetter("topic"), published))),
+            failures_by_reason=dict(Counter(e.reason for e in sent.errors.values())),
+        )
