@@ -1,6 +1,6 @@
 """The relay's view of the database: the Store protocol and the rows it hands out.
 
-One implementation (sql_store.SqlStore) serves Postgres and SQLite, and passes
+One implementation (relay.store.sql.SqlStore) serves Postgres and SQLite, and passes
 tests/integration/test_store_conformance.py on both. Errors leave a store only as
 RelayError subclasses (StoreUnavailable); the SQL is in outbox_core/sql.
 """

@@ -21,7 +21,6 @@ from outbox_core.errors import MigrationError, OutboxError
 from outbox_core.executors import AsyncPool, Plan, Rows, Statement
 from outbox_core.supervisor import pieces
 from relay.errors import RelayError, StartupRefused, StoreUnavailable
-from relay.sqlite_lock import RelayFileLock
 from relay.store import (
     AppliedMigration,
     Backlog,
@@ -33,6 +32,7 @@ from relay.store import (
     TenantBacklog,
     TenantTurns,
 )
+from relay.store.file_lock import RelayFileLock
 
 
 def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
