@@ -151,7 +151,7 @@ class Sent:
     full: bool
 
 
-Settled = Callable[[Sent, BatchOutcome | None], Awaitable[None]]
+OnSettled = Callable[[Sent, BatchOutcome | None], Awaitable[None]]
 
 
 async def _nothing(sent: Sent, outcome: BatchOutcome | None) -> None:
@@ -173,7 +173,7 @@ class Step:
         *,
         store: Store,
         publisher: Publisher,
-        on_settled: Settled = _nothing,
+        on_settled: OnSettled = _nothing,
     ) -> None:
         self.rules = rules
         self._store = store
@@ -227,10 +227,10 @@ class Step:
             # duplicate, never a loss); the next claim finds the database's state.
             log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
         finally:
-            if task.done():
+            if task.done():  # not when only this wait was cancelled: the settle goes on
                 self._settling = None
                 self.order.settled()
-        await self._on_settled(sent, outcome)
+                await self._on_settled(sent, outcome)
         return outcome
 
     def abandon(self) -> None:

@@ -113,7 +113,7 @@ _claimed_row: Callable[[Sequence[Any]], ClaimedRow] = functools.partial(tuple.__
 
 
 class SqlStore:
-    """work: the connections shard workers claim and settle on; control: leases,
+    """work: the connections the lanes claim and settle on; control: leases,
     membership and gauges (the same object on SQLite, which has one connection)."""
 
     def __init__(
