@@ -69,7 +69,7 @@ class DatabaseSettings(SettingsGroup):
 
 
 def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
-    """lanes: the cycle's loops (cycle.py); each gets the work connections of one."""
+    """lanes: the pipeline's lanes (pipeline/loop.py); each gets work connections of its own."""
     db = settings.url
     if db.dialect == "postgres":
         return SqlStore(

@@ -91,7 +91,7 @@ class BatchRules:
 
     @property
     def lanes(self) -> int:
-        """The cycle's loops (cycle.py): quick and bulk with turns and bulk_rows, else one."""
+        """The pipeline's lanes (loop.py): quick and bulk with turns and bulk_rows, else one."""
         return 2 if self.turns is not None and self.bulk_rows is not None else 1
 
     @property
