@@ -89,7 +89,8 @@ class KeyOrder:
                 # Known before sending: refused here, so nothing later of its key goes out.
                 plan.errors[row.id] = PublishFailed(
                     FailureReason.TOO_LARGE,
-                    f"record of {oversized[i]} bytes exceeds kafka_max_request_size ({limit})",
+                    f"record too large: {oversized[i]} bytes, more than "
+                    f"kafka_max_request_size ({limit})",
                 )
                 failed.add(row.key)
                 continue

@@ -232,8 +232,8 @@ class KafkaPublisher:
                     held.add(record.key)
                     results[i] = PublishFailed(
                         FailureReason.TOO_LARGE,
-                        f"record of {record.size} bytes exceeds what topic {topic} accepts "
-                        f"(max.message.bytes {size})",
+                        f"record too large: {record.size} bytes, more than topic {topic} "
+                        f"accepts (max.message.bytes {size})",
                     )
                     continue
                 _append(builder, record)
