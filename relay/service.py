@@ -64,10 +64,16 @@ class RelayService:
             publisher or make_publisher(s),
             supervisor=self.supervisor,
             observer=self.observer,
+            transport=s.transport,
         )
         # Lanes (fair turns): the bulk lane sends through a producer of its own.
         self.bulk_producer = (
-            PublisherKeeper(make_publisher(s), supervisor=self.supervisor, observer=self.observer)
+            PublisherKeeper(
+                make_publisher(s),
+                supervisor=self.supervisor,
+                observer=self.observer,
+                transport=s.transport,
+            )
             if publisher is None and rules.lanes > 1
             else None
         )

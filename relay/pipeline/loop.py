@@ -42,6 +42,7 @@ from relay.transport.errors import PublishFailed, TransportUnavailable
 from relay.transport.protocol import Publisher
 
 log = logging.getLogger("relay.cycle")
+producer_log = logging.getLogger("relay.producer")
 
 
 class ProbeSettings(SettingsGroup):
@@ -96,9 +97,15 @@ class PublisherKeeper:
     sure only the first of them replaces it, and the others carry on with the new one."""
 
     def __init__(
-        self, publisher: Publisher, *, supervisor: Supervisor, observer: RelayObserver
+        self,
+        publisher: Publisher,
+        *,
+        supervisor: Supervisor,
+        observer: RelayObserver,
+        transport: str = "kafka",
     ) -> None:
         self.publisher = publisher
+        self.transport = transport  # its name in the logs: "kafka start failed; retrying"
         self.generation = 0
         self._lock = asyncio.Lock()
         self._sup = supervisor
@@ -107,7 +114,7 @@ class PublisherKeeper:
     async def start(self) -> None:
         """Start the producer, retrying while the transport is away; raises only once
         stopping."""
-        await self._sup.retry("transport start", self.publisher.start, retriable)
+        await self._sup.retry(f"{self.transport} start", self.publisher.start, retriable)
         self._observer.transport_started()
 
     async def recreate(self, seen_generation: int) -> None:
@@ -115,9 +122,13 @@ class PublisherKeeper:
         async with self._lock:
             if seen_generation != self.generation:
                 return  # another lane already replaced it
-            log.warning("producer failed fatally; recreating it")
+            producer_log.warning(
+                "producer failed fatally; recreating it", extra={"transport": self.transport}
+            )
             self._observer.producer_recreated()
-            await self._sup.retry("producer recreate", self.publisher.recreate, retriable)
+            await self._sup.retry(
+                f"{self.transport} producer recreate", self.publisher.recreate, retriable
+            )
             self.generation += 1
 
     async def stop(self) -> None:
