@@ -1,6 +1,7 @@
 """The relay service: start-up checks, then named, supervised loops until stop().
 
-Loops (each in its own module, with its settings and a run_once):
+Loops (each in its own module, with its settings and one round: a run_once, or the
+pipeline's Step.run):
 - `leases` (control/leases.py): heartbeat, renew, rebalance; adds and removes the
   pipeline's shards.
 - `lane` (pipeline/loop.py): cycles of the step (pipeline/step.py) that claim for every

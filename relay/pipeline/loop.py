@@ -282,13 +282,6 @@ class Lane:
 
     # ------------------------------------------------------------------ one cycle
 
-    async def run_once(self) -> BatchOutcome:
-        """One whole cycle over the held shards, settled before it returns."""
-        sent = await self._cycle()
-        if sent is None:
-            return BatchOutcome(0)
-        return await self.step.settled() or BatchOutcome(claimed=len(sent.rows))
-
     def _rules(self) -> BatchRules | None:
         """This claim's rules: the lane's tenants, when the pipeline has lanes; None when
         the lane has none to claim for."""
