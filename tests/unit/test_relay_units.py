@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import random
 import traceback
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -15,6 +16,7 @@ from relay.config import RelaySettings, load_settings, unknown_env_names
 from relay.control.leases import fair_share
 from relay.errors import RelayConfigError
 from relay.pipeline.step import backoff_s
+from relay.service import RelayService
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher, _ack, classify
 from relay.transport.memory import MemoryPublisher
@@ -374,3 +376,27 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
     assert "no ack from Kafka" in str(results[2])
     assert forgotten == ["orders"]
     never.cancel()
+
+
+# ---------------------------------------------------------------------------- readiness
+
+
+@pytest.mark.parametrize("transport", ["kafka", "redis"])
+def test_readiness_and_stats_name_the_configured_transport(transport: str, tmp_path: Path) -> None:
+    settings = load_settings(
+        database_url=f"sqlite:///{tmp_path / 'outbox.db'}",  # never opened here
+        kafka_bootstrap_servers="127.0.0.1:9092",
+        kafka_security_protocol="PLAINTEXT",
+        transport=transport,
+    )
+    service = RelayService(settings)
+    assert service.stats.transport == transport
+    service.observer.lease_round(1, 0)
+    probe = service.readyz()
+    assert not probe.ok
+    assert probe.detail == f"{transport}: unreachable or not started"
+    service.observer.transport_started()
+    assert service.readyz().ok
+    service.observer.transport_outage()  # a batch found the transport away
+    assert service.readyz().detail == f"{transport}: unreachable or not started"
+    assert service.stats.transport_outages == 1
