@@ -11,7 +11,7 @@ statements on this machine.
 
 Prints one JSON line: first claim and last settle (epoch seconds), rows settled, and
 this process's CPU seconds and peak RSS. The collector is set as `outbox-relay run` sets
-it (relay/heap.py), so the CPU compares with the relay's.
+it (relay.cli.tune_collector), so the CPU compares with the relay's.
 """
 
 from __future__ import annotations
@@ -27,15 +27,14 @@ from collections.abc import Sequence
 from pydantic import SecretStr
 
 from bench.procstat import sample
+from relay.cli import tune_collector
 from relay.database import DatabaseSettings, make_store
-from relay.heap import tune_collector
-from relay.sql_store import SqlStore
-from relay.store import ClaimRequest, SettleRequest
+from relay.store import ClaimRequest, SettleRequest, Store
 
 OWNER = "bench-ceiling"
 
 
-async def lease_all(store: SqlStore, owner: str) -> dict[int, int]:
+async def lease_all(store: Store, owner: str) -> dict[int, int]:
     """Every shard's lease for `owner`: the relay's cycle claims and settles under them."""
     tokens: dict[int, int] = {}
     for shard in range(await store.shard_count()):
@@ -46,7 +45,7 @@ async def lease_all(store: SqlStore, owner: str) -> dict[int, int]:
     return tokens
 
 
-async def release_all(store: SqlStore, owner: str, tokens: dict[int, int]) -> None:
+async def release_all(store: Store, owner: str, tokens: dict[int, int]) -> None:
     for shard, token in tokens.items():
         await store.lease_release(shard, owner, token)
 

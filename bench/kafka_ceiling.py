@@ -3,13 +3,14 @@ backlog's records from memory, without the database.
 
 Untimed first: the rows are claimed from the loaded outbox with the relay's store, cycle
 by cycle as the relay's cycle claims them (every shard in one statement, batch_size rows
-per shard), deleted as they are read, and turned into records by relay.records.to_records.
-Then timed: each cycle's records are handed to KafkaPublisher.enqueue_batch and all their
-acks awaited before the next cycle's records go, one cycle after another as in the relay.
+per shard), deleted as they are read, and turned into records by relay.transport.to_records.
+Then timed: each cycle's records are published with KafkaPublisher.publish (which returns
+once all their acks are in) before the next cycle's records go, one cycle after another as
+in the relay.
 Records the publisher holds back (a key that would span two record batches) go with the
 next cycle's, as the relay claims them again. Every setting is the relay's
 (relay.config.load_settings: the OUTBOX_* environment the relay gets). The collector is
-set as `outbox-relay run` sets it (relay/heap.py), once the backlog is in memory, so no
+set as `outbox-relay run` sets it (relay.cli.tune_collector), once the backlog is in memory, so no
 collection walks the backlog and the CPU compares with the relay's.
 
     .venv/bin/python -m bench.kafka_ceiling
@@ -25,17 +26,13 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Awaitable
-from typing import cast
 
 from bench.ceiling import lease_all, measured, release_all
+from relay.cli import tune_collector
 from relay.config import RelaySettings, load_settings
 from relay.database import make_store
-from relay.errors import PublishFailed
-from relay.heap import tune_collector
-from relay.publisher import HELD, KafkaPublisher, OutgoingRecord
-from relay.records import to_records
 from relay.store import ClaimRequest, SettleRequest
+from relay.transport import HELD, KafkaPublisher, OutgoingRecord, PublishFailed, to_records
 
 OWNER = "bench-kafka-ceiling"
 
@@ -79,19 +76,14 @@ async def produce(settings: RelaySettings, cycles: list[list[OutgoingRecord]]) -
 async def send_cycle(
     publisher: KafkaPublisher, records: list[OutgoingRecord]
 ) -> list[OutgoingRecord]:
-    """Hand over one cycle's records and await their acks; returns the ones held back."""
-    handed = await publisher.enqueue_batch(records)
+    """Publish one cycle's records (their acks in); returns the ones held back."""
+    outcomes = await publisher.publish(records)
     held: list[OutgoingRecord] = []
-    acks: list[Awaitable[None]] = []
-    for record, item in zip(records, handed, strict=True):
-        if item is HELD:
+    for record, outcome in zip(records, outcomes, strict=True):
+        if outcome is HELD:
             held.append(record)
-        elif isinstance(item, PublishFailed):
-            raise item
-        else:
-            acks.append(cast(Awaitable[None], item))
-    # As publish_batch does: one awaitable per record, shared by a record batch's records.
-    await asyncio.gather(*acks)
+        elif isinstance(outcome, PublishFailed):
+            raise outcome
     return held
 
 

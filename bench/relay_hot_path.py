@@ -1,14 +1,14 @@
 """The relay's own per-event CPU on its hot path, against the publisher alone, in one process.
 
-A cycle of the relay claims rows, turns them into records, hands them to KafkaPublisher,
-sorts the acks back to their rows and settles (relay/batch.py send_batch + settle_batch).
-This bench runs exactly those two functions over prebuilt claimed rows with a real Kafka
+A cycle of the relay claims rows, turns them into records, lets per-key order decide what
+goes out, publishes through KafkaPublisher and settles (relay.pipeline.Step, the step the
+relay's loop runs). This bench runs that step over prebuilt claimed rows with a real Kafka
 (KAFKA_BOOTSTRAP_SERVERS) and a store that hands the rows out and settles in memory, so
 the database's share is left out; and, as the baseline in the same process, the
-publisher's enqueue_batch over the same records built beforehand, awaiting each record
-batch's ack once. CPU is this process's (user + system) per event; the ratio is what the
-relay's bookkeeping costs on top of aiokafka. The collector is set as `outbox-relay run`
-sets it (relay/heap.py), once the claims are built.
+publisher's publish over the same records built beforehand. CPU is this process's (user +
+system) per event; the ratio is what the relay's bookkeeping costs on top of aiokafka. The
+collector is set as `outbox-relay run` sets it (relay.cli.tune_collector), once the claims
+are built.
 
     .venv/bin/python bench/relay_hot_path.py [--rows 8000] [--cycles 25] [--rounds 3]
 """
@@ -23,7 +23,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
@@ -31,12 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.compare.topics import create_topic, delete_topics  # noqa: E402
-from relay.batch import BatchRules, Sent, send_batch, settle_batch  # noqa: E402
+from relay.cli import tune_collector  # noqa: E402
 from relay.config import load_settings  # noqa: E402
-from relay.heap import tune_collector  # noqa: E402
-from relay.publisher import HELD, KafkaPublisher  # noqa: E402
-from relay.records import to_records  # noqa: E402
+from relay.pipeline import BatchRules, Step  # noqa: E402
 from relay.store import ClaimedRow, ClaimRequest, Settled, SettleRequest, Store  # noqa: E402
+from relay.transport import ACKED, KafkaPublisher, to_records  # noqa: E402
 
 
 class RowsStore:
@@ -76,17 +75,13 @@ async def relay_path(
     publisher: KafkaPublisher, rules: BatchRules, store: RowsStore, cycles: int
 ) -> tuple[int, float]:
     tokens = dict.fromkeys(range(16), 1)
-    as_store = cast(Store, store)  # the two methods a cycle calls
-    previous: Sent | None = None
+    step = Step(rules, store=cast(Store, store), publisher=publisher)  # claim and settle only
     events, cpu = 0, time.process_time()
     for _ in range(cycles):
-        sent = await send_batch(
-            tokens, store=as_store, publisher=publisher, rules=rules, after=previous
-        )
+        sent = await step.send(tokens)
         assert sent is not None
-        await settle_batch(sent, store=as_store, rules=rules)
         events += len(sent.published)
-        previous = sent
+    await step.settled()
     return events, time.process_time() - cpu
 
 
@@ -97,10 +92,8 @@ async def publisher_alone(
     built = [to_records(rows, topics, rules.max_request_size)[0] for rows in store.claims]
     events, cpu = 0, time.process_time()
     for n in range(cycles):
-        handed = await publisher.enqueue_batch(built[n % len(built)])
-        acks = {id(h): h for h in handed if h is not HELD}
-        await asyncio.gather(*(cast(Awaitable[None], a) for a in acks.values()))
-        events += sum(1 for h in handed if h is not HELD)
+        outcomes = await publisher.publish(built[n % len(built)])
+        events += sum(1 for o in outcomes if o is ACKED)
     return events, time.process_time() - cpu
 
 

@@ -1,9 +1,10 @@
-"""Where a relay batch spends its time: claim, hand to Kafka, wait for acks, settle.
+"""Where a relay batch spends its time: claim, publish (hand to Kafka and wait for the acks),
+settle.
 
 Runs the relay in this process (RelayService, default settings) over the same kind of
 backlog as bench/relay_compare.py, with its store and publisher wrapped in timers; each
 cycle runs as one task, so a context variable follows one batch through claim,
-enqueue and settle. Prints, per phase, the median and mean milliseconds per batch and the
+publish and settle. Prints, per phase, the median and mean milliseconds per batch and the
 share of a batch's wall time.
 
     .venv/bin/python bench/relay_phases.py [--events 100000] [--services bench|env]
@@ -32,24 +33,16 @@ from bench.compare.topics import TopicCounter, create_topic, delete_topics
 from bench.emit_overhead import TOPIC
 from relay.config import load_settings
 from relay.database import make_store
-from relay.errors import PublishFailed
-from relay.publisher import Handed, HeldBack, KafkaPublisher, OutgoingRecord
 from relay.service import RelayService
-from relay.sql_store import SqlStore
-from relay.store import (
-    ClaimedRow,
-    ClaimRequest,
-    Settled,
-    SettleRequest,
-)
+from relay.store import ClaimedRow, ClaimRequest, Settled, SettleRequest, Store
+from relay.transport import KafkaPublisher, Outcome, OutgoingRecord
 
 _BATCH: contextvars.ContextVar[dict[str, float]] = contextvars.ContextVar("batch")
-_WAITERS: set[asyncio.Future[None]] = set()
-PHASES = ("claim", "to Kafka", "acks", "between", "settle")
+PHASES = ("claim", "publish", "between", "settle")
 
 
 class TimedStore:
-    def __init__(self, inner: SqlStore, batches: list[dict[str, float]]) -> None:
+    def __init__(self, inner: Store, batches: list[dict[str, float]]) -> None:
         self._inner = inner
         self._batches = batches
 
@@ -78,21 +71,12 @@ class TimedPublisher:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
+    async def publish(self, records: Sequence[OutgoingRecord]) -> list[Outcome]:
         batch = _BATCH.get()
         batch["t2"] = time.perf_counter()
-        handed = await self._inner.enqueue_batch(records)
+        outcomes = await self._inner.publish(records)
         batch["t3"] = time.perf_counter()
-        pending = [h for h in handed if not isinstance(h, PublishFailed | HeldBack)]
-
-        async def last_ack() -> None:
-            await asyncio.gather(*pending, return_exceptions=True)
-            batch["t3a"] = time.perf_counter()
-
-        waiter = asyncio.ensure_future(last_ack())
-        _WAITERS.add(waiter)
-        waiter.add_done_callback(_WAITERS.discard)
-        return handed
+        return outcomes
 
 
 def summarize(batches: list[dict[str, float]]) -> list[str]:
@@ -101,11 +85,9 @@ def summarize(batches: list[dict[str, float]]) -> list[str]:
     for b in batches:
         if not {"t0", "t1", "t2", "t3", "t4", "t5"} <= b.keys():
             continue
-        acked = b.get("t3a", b["t4"])
         spans["claim"].append(b["t1"] - b["t0"])
-        spans["to Kafka"].append(b["t3"] - b["t2"])
-        spans["acks"].append(acked - b["t3"])
-        spans["between"].append((b["t2"] - b["t1"]) + (b["t4"] - acked))
+        spans["publish"].append(b["t3"] - b["t2"])
+        spans["between"].append((b["t2"] - b["t1"]) + (b["t4"] - b["t3"]))
         spans["settle"].append(b["t5"] - b["t4"])
         walls.append(b["t5"] - b["t0"])
     total = sum(walls)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from consumer_lib.event import ConsumedEvent, decode
 
-HEADER_FIELD = b"h:"  # as relay.redis_publisher writes them (the libraries share no code)
+HEADER_FIELD = b"h:"  # as relay.transport.redis_streams writes them (the libraries share no code)
 
 
 @dataclass(frozen=True)

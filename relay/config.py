@@ -28,17 +28,17 @@ from outbox_core.settings import (
     nest,
 )
 from outbox_core.sharding import MAX_SHARDS
-from relay.batch import BatchRules, BatchSettings, TopicSettings
+from relay.control.gauges import GaugeSettings
+from relay.control.leases import LeaseSettings
+from relay.control.notify import NotifySettings
+from relay.control.purge import PurgeSettings
 from relay.database import DatabaseSettings
 from relay.errors import RelayConfigError
-from relay.gauges import GaugeSettings
-from relay.kafka_settings import KafkaSettings
-from relay.leases import LeaseSettings
-from relay.notify import NotifySettings
-from relay.purge import PurgeSettings
-from relay.redis_publisher import RedisStreamSettings
-from relay.tenants import TenantSettings
-from relay.wakeup import ProbeSettings
+from relay.pipeline.loop import ProbeSettings
+from relay.pipeline.step import BatchRules, BatchSettings, TopicSettings
+from relay.pipeline.tenants import TenantSettings
+from relay.transport.kafka_settings import KafkaSettings
+from relay.transport.redis_streams import RedisStreamSettings
 
 ENV_PREFIX = "OUTBOX_"
 

@@ -10,8 +10,8 @@ from outbox_core.errors import ConfigurationError
 from outbox_core.pg_pool import PostgresPool
 from outbox_core.settings import SettingsGroup
 from outbox_core.sqlite_thread import SqliteThread
-from relay.sql_store import SqlStore
-from relay.sqlite_lock import RelayFileLock
+from relay.store.file_lock import RelayFileLock
+from relay.store.sql import SqlStore
 
 # Postgres pools: the cycle's (one claim or settle at a time, and a spare) and a small one
 # of their own for leases, membership and gauges, which must not queue behind slow claims
@@ -69,7 +69,7 @@ class DatabaseSettings(SettingsGroup):
 
 
 def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
-    """lanes: the cycle's loops (cycle.py); each gets the work connections of one."""
+    """lanes: the pipeline's lanes (pipeline/loop.py); each gets work connections of its own."""
     db = settings.url
     if db.dialect == "postgres":
         return SqlStore(

@@ -1,16 +1,19 @@
 """The relay service: start-up checks, then named, supervised loops until stop().
 
-Loops (each in its own module, with its settings and a run_once):
-- `leases` (leases.py): heartbeat, renew, rebalance; adds and removes the cycle's shards.
-- `cycle` (cycle.py): claims for every held shard at once, publishes, settles
-  (publish_batch in batch.py), paced by wakeup.py; with fair turns, `cycle-quick` and
-  `cycle-bulk`, two lanes over the same shards (lanes.py).
-- `purge` (purge.py): retention of published rows and old idempotency keys.
-- `gauges` (gauges.py): the backlog gauges, so a scrape never queries the database.
-- `notify` (notify.py): optional LISTEN connection on Postgres for wake-up hints.
+Loops (each in its own module, with its settings and one round: a run_once, or the
+pipeline's Step.run):
+- `leases` (control/leases.py): heartbeat, renew, rebalance; adds and removes the
+  pipeline's shards.
+- `lane` (pipeline/loop.py): cycles of the step (pipeline/step.py) that claim for every
+  held shard at once, publish, settle, paced by ProbeSettings; with fair turns,
+  `lane-quick` and `lane-bulk`, two lanes over the same shards (pipeline/lanes.py).
+- `purge` (control/purge.py): retention of published rows and old idempotency keys.
+- `gauges` (control/gauges.py): the backlog gauges, so a scrape never queries the database.
+- `notify` (control/notify.py): optional LISTEN connection on Postgres for wake-up hints.
 
 Shutdown has one recipe (`_shutdown`): stop claiming, let in-flight batches finish
-within shutdown_grace_s, release leases, leave the membership, close Kafka and the DB.
+within shutdown_grace_s, release leases, leave the membership, close the transport and
+the database.
 """
 
 from __future__ import annotations
@@ -21,23 +24,24 @@ import time
 from collections.abc import Callable
 
 from outbox_core.kafka_security import KafkaSecurity
+from outbox_core.migrate import available
 from outbox_core.ops_http import OpsServer, Probe
 from outbox_core.supervisor import RETRY_MAX_WAIT_S, Supervisor
-from relay.batch import BatchOutcome
 from relay.config import RelaySettings
-from relay.cycle import Cycle
+from relay.control.gauges import Gauges
+from relay.control.leases import LeaseKeeper
+from relay.control.notify import listen
+from relay.control.purge import Purger
 from relay.database import make_store
-from relay.errors import KafkaUnavailable, PublishFailed, RelayError, StoreUnavailable
-from relay.gauges import Gauges
-from relay.leases import LeaseKeeper
-from relay.notify import listen
-from relay.observer import RelayObserver, RelayStats
-from relay.preflight import check_database
-from relay.producer_keeper import ProducerKeeper
-from relay.publisher import KafkaPublisher, Publisher
-from relay.purge import Purger
-from relay.redis_publisher import RedisStreamPublisher
+from relay.errors import RelayError, StartupRefused, StoreUnavailable
+from relay.ops.observer import RelayObserver, RelayStats
+from relay.pipeline.loop import Pipeline, PublisherKeeper
+from relay.pipeline.step import BatchOutcome
 from relay.store import Store
+from relay.transport.errors import PublishFailed, TransportUnavailable
+from relay.transport.kafka import KafkaPublisher
+from relay.transport.protocol import Publisher
+from relay.transport.redis_streams import RedisStreamPublisher
 
 log = logging.getLogger("relay")
 
@@ -56,34 +60,40 @@ class RelayService:
         rules = s.batch_rules()
         self.store = store or make_store(s.database, lanes=rules.lanes)
         self.supervisor = Supervisor(log)
-        self.observer = RelayObserver()
-        self.producer = ProducerKeeper(
+        self.observer = RelayObserver(s.transport)
+        self.producer = PublisherKeeper(
             publisher or make_publisher(s),
             supervisor=self.supervisor,
             observer=self.observer,
+            transport=s.transport,
         )
         # Lanes (fair turns): the bulk lane sends through a producer of its own.
         self.bulk_producer = (
-            ProducerKeeper(make_publisher(s), supervisor=self.supervisor, observer=self.observer)
+            PublisherKeeper(
+                make_publisher(s),
+                supervisor=self.supervisor,
+                observer=self.observer,
+                transport=s.transport,
+            )
             if publisher is None and rules.lanes > 1
             else None
         )
-        self.cycle = Cycle(
+        self.pipeline = Pipeline(
             s.probe,
             rules,
             store=self.store,
-            producer=self.producer,
+            publisher=self.producer,
             observer=self.observer,
             supervisor=self.supervisor,
             on_batch=on_batch,
-            bulk_producer=self.bulk_producer,
+            bulk_publisher=self.bulk_producer,
         )
         store, sup = self.store, self.supervisor
         self.leases = LeaseKeeper(
             s.leases,
             shard_count=s.shard_count or 0,  # the database's, read at start-up
             store=store,
-            cycle=self.cycle,
+            pipeline=self.pipeline,
             observer=self.observer,
             supervisor=sup,
         )
@@ -103,7 +113,7 @@ class RelayService:
         return self.observer.stats
 
     @property
-    def _producers(self) -> list[ProducerKeeper]:
+    def _producers(self) -> list[PublisherKeeper]:
         return [self.producer, *filter(None, [self.bulk_producer])]
 
     @property
@@ -134,7 +144,7 @@ class RelayService:
                 await self.ops.start()
             # The backlog gauges matter most while Kafka is away, start-up included.
             sup.spawn("gauges", self.gauges.run)
-            with contextlib.suppress(KafkaUnavailable, PublishFailed, StoreUnavailable):
+            with contextlib.suppress(TransportUnavailable, PublishFailed, StoreUnavailable):
                 for keeper in self._producers:
                     await keeper.start()  # raises only once stopping
             if sup.stopping.is_set():
@@ -148,14 +158,14 @@ class RelayService:
                 },
             )
             sup.spawn("leases", self.leases.run)
-            for lane in self.cycle.lanes:
+            for lane in self.pipeline.lanes:
                 sup.spawn(lane.name, lane.run)
             sup.spawn("purge", self.purger.run)
             if s.notify.listen_notify and self.store.dialect == "postgres":
                 url = s.database.url.url
                 sup.spawn(
                     "notify",
-                    lambda: listen(url, s.notify, supervisor=sup, wake=self.cycle.wake),
+                    lambda: listen(url, s.notify, supervisor=sup, wake=self.pipeline.wake),
                 )
             await sup.stopping.wait()
         finally:
@@ -165,7 +175,7 @@ class RelayService:
 
     def healthz(self) -> Probe:
         """Alive: the loops tick (lease rounds, batches, retries) at least every
-        max(3 heartbeats, 30s). A Kafka or database outage does not fail it."""
+        max(3 heartbeats, 30s). A transport or database outage does not fail it."""
         # Retry waits reach RETRY_MAX_WAIT_S plus the attempt itself: 30s is no false alarm.
         limit = max(3 * self.settings.leases.heartbeat_interval_s, 3 * RETRY_MAX_WAIT_S)
         return self.supervisor.healthz(limit)
@@ -178,20 +188,20 @@ class RelayService:
         since = time.monotonic() - st.last_heartbeat_ok
         if not st.last_heartbeat_ok or since > self.settings.leases.lease_ttl_s:
             problems.append("database: no successful lease round recently")
-        if not st.kafka_ok:
+        if not st.transport_ok:
             problems.append(f"{self.settings.transport}: unreachable or not started")
         if self.supervisor.stopping.is_set():
             problems.append("stopping")
         if problems:
             return Probe(False, "; ".join(problems))
-        return Probe(True, f"ok: {len(self.cycle.held)} shard(s) held")
+        return Probe(True, f"ok: {len(self.pipeline.held)} shard(s) held")
 
     # ------------------------------------------------------------------ shutdown
 
     async def _shutdown(self) -> None:
         s = self.settings
         self.supervisor.stop()
-        held = await self.cycle.drain(s.shutdown_grace_s)
+        held = await self.pipeline.drain(s.shutdown_grace_s)
         await self.supervisor.cancel_all()
         owner = s.leases.replica_id
         for shard, token in held.items():
@@ -218,3 +228,47 @@ def make_publisher(settings: RelaySettings) -> Publisher:
 
 def _security(settings: RelaySettings) -> KafkaSecurity:
     return settings.kafka_security.resolve()
+
+
+# ---------------------------------------------------------------------- start-up checks
+
+
+async def check_database(store: Store, shard_count: int | None) -> int:
+    """Refuse to run (exit code 2) on a database this relay must not touch; returns the
+    shard_count to run with: the database's, which a configured one must equal."""
+    applied = await store.migrations()
+    known = {m.version: m for m in available(store.dialect)}
+    if not applied:
+        raise StartupRefused(
+            "the database has no outbox schema, or one no migration recorded (made by "
+            "Alembic): run `outbox-relay migrate` first (it adopts tables that match)"
+        )
+    for mig in applied:
+        mine = known.get(mig.version)
+        if mine is None:
+            raise StartupRefused(
+                f"the database schema is at migration {mig.version:04d}_{mig.name}, newer than "
+                f"this relay knows ({max(known):04d}): upgrade the relay"
+            )
+        if mine.checksum != mig.checksum:
+            raise StartupRefused(
+                f"migration {mig.version:04d}_{mig.name} in the database differs from this "
+                "relay's copy: the schema is not the one this relay was built for"
+            )
+    missing = sorted(set(known) - {m.version for m in applied})
+    if missing:
+        raise StartupRefused(
+            f"the database lacks migrations {', '.join(f'{v:04d}' for v in missing)}: "
+            "run `outbox-relay migrate`"
+        )
+    recorded = await store.shard_count()
+    if shard_count is not None and recorded != shard_count:
+        raise StartupRefused(
+            f"shard_count mismatch: the relay is configured with {shard_count}, the "
+            f"database records {recorded}: leave OUTBOX_SHARD_COUNT unset to use the "
+            "database's (change it with `outbox-relay migrate --shard-count`)"
+        )
+    highest = await store.max_pending_shard()
+    if highest >= recorded:
+        raise StartupRefused(f"pending events carry shard {highest}, outside 0..{recorded - 1}")
+    return recorded

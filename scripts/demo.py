@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from outbox_core.queries import parse_blocks  # noqa: E402
 from producer_lib import Event, Outbox, migrate  # noqa: E402
-from relay.batch import BatchOutcome  # noqa: E402
 from relay.config import load_settings  # noqa: E402
+from relay.pipeline.step import BatchOutcome  # noqa: E402
 from relay.service import RelayService  # noqa: E402
 from tests.support.kafka import create_topics, unique_topic_name  # noqa: E402
 from tests.support.redis import read_stream, unique_stream_name  # noqa: E402

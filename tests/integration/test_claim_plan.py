@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from outbox_core.queries import query
-from relay import admin
 from relay.database import CONTROL_SERVER_OPTIONS, WORK_SERVER_OPTIONS
+from relay.ops import admin
 from tests.support.db import DIALECT_SQL, Backend, postgres_backend
 
 pytestmark = pytest.mark.integration

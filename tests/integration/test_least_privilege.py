@@ -17,7 +17,7 @@ import pytest
 from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, PsycopgAsync
 from outbox_core.kafka_security import KafkaSecurity
 from producer_lib import Event, Outbox
-from relay import admin
+from relay.ops import admin
 from tests.conftest import TopicFactory
 from tests.support.consumers import processed_ids, running_consumer, until
 from tests.support.db import postgres_backend

@@ -4,21 +4,22 @@ in-memory double, Kafka and Redis Streams (real servers). Transport-specific beh
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import pytest
 from redis.asyncio import Redis
 
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.redis_connection import RedisSettings
-from relay.errors import PublishFailed
-from relay.kafka_settings import KafkaSettings
-from relay.memory_publisher import MemoryPublisher
-from relay.publisher import HELD, KafkaPublisher, OutgoingRecord, Publisher
-from relay.redis_publisher import RedisStreamPublisher, RedisStreamSettings
+from relay.transport.errors import PublishFailed
+from relay.transport.kafka import KafkaPublisher
+from relay.transport.kafka_settings import KafkaSettings
+from relay.transport.memory import MemoryPublisher
+from relay.transport.protocol import ACKED, Outcome, Publisher
+from relay.transport.records import OutgoingRecord
+from relay.transport.redis_streams import RedisStreamPublisher, RedisStreamSettings
 from tests.conftest import TopicFactory
 from tests.support import kafka as kafka_support
 from tests.support.redis import unique_stream_name
@@ -114,9 +115,9 @@ def _records(topic: str, keys: list[bytes]) -> list[OutgoingRecord]:
     ]
 
 
-async def _acks(results: list[Any]) -> None:
+def _acks(results: list[Outcome]) -> None:
     assert not any(isinstance(r, PublishFailed) for r in results)
-    await asyncio.gather(*(r for r in results if r is not HELD))
+    assert results == [ACKED] * len(results)
 
 
 async def test_acked_records_are_stored_in_order_with_key_value_and_headers(
@@ -124,9 +125,9 @@ async def test_acked_records_are_stored_in_order_with_key_value_and_headers(
 ) -> None:
     topic = await transport.new_topic()
     records = _records(topic, [b"a", b"b", b"a", b"c", b"a", b"b"])
-    results = await transport.publisher.enqueue_batch(records)
+    results = await transport.publisher.publish(records)
     assert len(results) == len(records)
-    await _acks(results)
+    _acks(results)
     # The contract is per key: across keys, acks may land in any order.
     stored = await transport.read(topic)
     assert _by_key(stored) == _by_key([(r.key, r.value, dict(r.headers)) for r in records])
@@ -136,17 +137,17 @@ async def test_successive_calls_keep_each_keys_order(transport: Transport) -> No
     topic = await transport.new_topic()
     first = _records(topic, [b"k"] * 3)
     second = [r._replace(value=r.value + b" ") for r in _records(topic, [b"k"] * 3)]
-    await _acks(await transport.publisher.enqueue_batch(first))
-    await _acks(await transport.publisher.enqueue_batch(second))
+    _acks(await transport.publisher.publish(first))
+    _acks(await transport.publisher.publish(second))
     assert [v for _, v, _ in await transport.read(topic)] == [r.value for r in first + second]
 
 
 async def test_recreate_leaves_a_working_publisher(transport: Transport) -> None:
     topic = await transport.new_topic()
     await transport.publisher.recreate()
-    await _acks(await transport.publisher.enqueue_batch(_records(topic, [b"x"])))
+    _acks(await transport.publisher.publish(_records(topic, [b"x"])))
     assert len(await transport.read(topic)) == 1
 
 
 async def test_an_empty_call_hands_nothing_over(transport: Transport) -> None:
-    assert await transport.publisher.enqueue_batch([]) == []
+    assert await transport.publisher.publish([]) == []

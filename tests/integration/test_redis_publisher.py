@@ -3,17 +3,14 @@ stream failing its own records, an unreachable server as the transport's retriab
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import cast
-
 import pytest
 from redis.asyncio import Redis
 
 from outbox_core.redis_connection import RedisSettings
-from relay.errors import PublishFailed
-from relay.publisher import OutgoingRecord
-from relay.redis_publisher import RedisStreamPublisher, RedisStreamSettings
+from relay.transport.errors import PublishFailed
+from relay.transport.protocol import ACKED
+from relay.transport.records import OutgoingRecord
+from relay.transport.redis_streams import RedisStreamPublisher, RedisStreamSettings
 from tests.support.redis import unique_stream_name
 
 pytestmark = pytest.mark.integration
@@ -24,9 +21,8 @@ def _records(stream: str, n: int, key: bytes = b"k") -> list[OutgoingRecord]:
 
 
 async def _publish(publisher: RedisStreamPublisher, records: list[OutgoingRecord]) -> list[object]:
-    handed = await publisher.enqueue_batch(records)
-    acks = [cast(Awaitable[None], h) for h in handed if not isinstance(h, PublishFailed)]
-    return list(await asyncio.gather(*acks, return_exceptions=True))
+    """Per record: None when stored, else its PublishFailed."""
+    return [None if o is ACKED else o for o in await publisher.publish(records)]
 
 
 async def test_streams_are_never_trimmed_unless_configured(

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from relay.batch import publish_batch
-from relay.errors import PublishFailed
-from relay.publisher import Handed, KafkaPublisher
+from relay.pipeline.step import Step
+from relay.transport.errors import FailureReason, PublishFailed
+from relay.transport.kafka import KafkaPublisher
+from relay.transport.protocol import Outcome
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
 from tests.support.kafka import read_topic
@@ -43,18 +44,19 @@ class FirstBatchRefused(KafkaPublisher):
         topic: str,
         partition: int,
         members: list[int],
-        results: list[Handed],
+        results: list[Outcome],
+        acks: list[tuple[asyncio.Future[None], list[int]]],
     ) -> PublishFailed | None:
         if self.refused:
-            return await super()._submit(producer, builder, topic, partition, members, results)
+            return await super()._submit(
+                producer, builder, topic, partition, members, results, acks
+            )
         self.refused += 1
 
         async def refused() -> None:
-            raise PublishFailed("NotEnoughReplicas: injected", retriable=True, transport=False)
+            raise PublishFailed(FailureReason.TOPIC_UNAVAILABLE, "NotEnoughReplicas: injected")
 
-        ack = asyncio.ensure_future(refused())
-        for i in members:
-            results[i] = ack
+        acks.append((asyncio.ensure_future(refused()), members))
         return None
 
 
@@ -81,9 +83,7 @@ async def test_a_key_spanning_record_batches_waits_for_its_earlier_rows(
             rules = settings.batch_rules()
 
             async def step() -> Any:
-                return await publish_batch(
-                    {SHARD: token}, store=store, publisher=publisher, rules=rules
-                )
+                return await Step(rules, store=store, publisher=publisher).run({SHARD: token})
 
             first = await step()
             # K1, K2 and J1 went in the refused batch; K3 would have needed another one.

@@ -79,7 +79,7 @@ async def test_a_tenant_s_events_go_out_beside_a_stalled_bulk_lane(
     )
     gated = GatedBulk(make_store(backend))  # opened and closed by the relay
     async with running_relay(settings, store=cast(Store, gated)) as relay:
-        assert [lane.name for lane in relay.cycle.lanes] == ["cycle-quick", "cycle-bulk"]
+        assert [lane.name for lane in relay.pipeline.lanes] == ["lane-quick", "lane-bulk"]
         # A's backlog moved to the bulk lane, whose second claim now waits at the gate.
         await until(lambda: gated.bulk_claims >= 2, "the bulk lane never claimed twice")
         for i in range(10):
@@ -104,10 +104,12 @@ async def test_a_tenant_s_events_go_out_beside_a_stalled_bulk_lane(
     assert verdict.order_violations == []
 
 
-async def test_without_lanes_the_cycle_is_one_loop(backend: Backend, kafka_bootstrap: str) -> None:
+async def test_without_lanes_the_pipeline_is_one_loop(
+    backend: Backend, kafka_bootstrap: str
+) -> None:
     for over in ({}, {"fair_tenants": True, "tenant_bulk_rows": 0}):
         settings = relay_settings(backend, kafka_bootstrap, **over)
         assert settings.batch_rules().bulk_rows is None
     service = RelayService(settings)
-    assert [lane.name for lane in service.cycle.lanes] == ["cycle"]
+    assert [lane.name for lane in service.pipeline.lanes] == ["lane"]
     assert service.bulk_producer is None

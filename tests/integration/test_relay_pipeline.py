@@ -1,15 +1,19 @@
-"""The cycle's overlap on real Postgres and SQLite (the library's in-memory publisher
-standing in for Kafka): the next batch is claimed and sent while the previous one's
-settle is still to come. Its rows are not claimed twice, and a key whose earlier row
-failed in the previous batch sends nothing more until that failure is recorded."""
+"""The step's overlap on real Postgres and SQLite (the library's in-memory publisher
+standing in for Kafka), driven as the relay's loop drives it (Step.send, one cycle after
+another): the next batch is claimed and sent while the previous one's settle is still to
+come. Its rows are not claimed twice, and a key whose earlier row failed in the previous
+batch sends nothing more until that failure is recorded."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any, cast
+
 import pytest
 
-from relay.batch import send_batch, settle_batch
-from relay.memory_publisher import MemoryPublisher
-from relay.store import Store
+from relay.pipeline.step import BatchOutcome, Sent, Step
+from relay.store import ClaimedRow, ClaimRequest, Settled, SettleRequest, Store
+from relay.transport.memory import MemoryPublisher
 from tests.integration.test_run_once import event_ids, failing, lease, sent, settings_for
 from tests.support.db import Backend
 from tests.support.stores import emit, event, keys_on_shard, row_states
@@ -17,6 +21,45 @@ from tests.support.stores import emit, event, keys_on_shard, row_states
 pytestmark = pytest.mark.integration
 
 SHARD = 3
+
+
+class SettleAfterNextClaim:
+    """The store, whose first settle waits until the next claim has returned: that claim
+    runs while the previous batch's settle is in flight, as a claim of the relay's loop
+    may, however the event loop happens to schedule them."""
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self._claims = 0
+        self._claimed_again = asyncio.Event()
+        self._gated = True
+
+    async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
+        rows = await self._inner.claim(request)
+        self._claims += 1
+        if self._claims > 1:
+            self._claimed_again.set()
+        return rows
+
+    async def settle(self, request: SettleRequest) -> Settled:
+        if self._gated:
+            self._gated = False
+            await self._claimed_again.wait()
+        return await self._inner.settle(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def overlapping(store: Store, **parts: Any) -> tuple[Step, list[BatchOutcome | None]]:
+    """A step on the gated store, and the outcomes of its settles as they end."""
+    outcomes: list[BatchOutcome | None] = []
+
+    async def on_settled(sent: Sent, outcome: BatchOutcome | None) -> None:
+        outcomes.append(outcome)
+
+    gated = cast(Store, SettleAfterNextClaim(store))
+    return Step(store=gated, on_settled=on_settled, **parts), outcomes
 
 
 async def test_the_next_claim_skips_rows_in_flight_and_holds_back_a_failed_key(
@@ -30,7 +73,9 @@ async def test_the_next_claim_skips_rows_in_flight_and_holds_back_a_failed_key(
     publisher = MemoryPublisher(fail=failing({eid[k1]}, retriable=True))
     tokens = {SHARD: await lease(store, settings)}
 
-    previous = await send_batch(tokens, store=store, publisher=publisher, rules=rules)
+    step, outcomes = overlapping(store, rules=rules, publisher=publisher)
+
+    previous = await step.send(tokens)
     assert previous is not None
     assert [r.id for r in previous.published] == [x1]
     assert [f.id for f in previous.failures] == [k1]
@@ -39,7 +84,7 @@ async def test_the_next_claim_skips_rows_in_flight_and_holds_back_a_failed_key(
     k2, x2 = emit(backend, event(k), event(x))
     eid = event_ids(backend)
 
-    after = await send_batch(tokens, store=store, publisher=publisher, rules=rules, after=previous)
+    after = await step.send(tokens)  # the previous settle has ended when it returns
     assert after is not None
     # x1 was not claimed again (no duplicate); k2 was claimed but not sent: it would have
     # reached Kafka ahead of k1, whose retry is still to come.
@@ -48,14 +93,16 @@ async def test_the_next_claim_skips_rows_in_flight_and_holds_back_a_failed_key(
     assert after.held_back == 1
     assert sent(publisher) == [eid[x1], eid[x2]]
 
-    first = await settle_batch(previous, store=store, rules=rules)
-    second = await settle_batch(after, store=store, rules=rules)
+    second = await step.settled()
+    (first,) = outcomes[:1]
+    assert first is not None
+    assert second is not None
     assert (first.published, first.retried, second.published, second.held_back) == (1, 1, 1, 1)
     states = row_states(backend)
     assert sorted(states) == [k1, k2]  # published rows deleted; k1 backs off, k2 waits
     assert (states[k1].attempts, states[k2].attempts) == (1, 0)
     # And now the database holds k2 back behind k1's backoff by itself.
-    assert await send_batch(tokens, store=store, publisher=publisher, rules=rules) is None
+    assert await step.send(tokens) is None
 
 
 async def test_rows_held_for_a_later_record_batch_go_out_with_the_next_claim(
@@ -71,14 +118,16 @@ async def test_rows_held_for_a_later_record_batch_go_out_with_the_next_claim(
     publisher = MemoryPublisher(max_key_records=2)
     tokens = {SHARD: await lease(store, settings)}
 
-    previous = await send_batch(tokens, store=store, publisher=publisher, rules=rules)
+    step, outcomes = overlapping(store, rules=rules, publisher=publisher)
+
+    previous = await step.send(tokens)
     assert previous is not None
     assert [r.id for r in previous.published] == ids[:2]
     assert previous.held_back == 2
-    after = await send_batch(tokens, store=store, publisher=publisher, rules=rules, after=previous)
+    after = await step.send(tokens)
     assert after is not None
     assert [r.id for r in after.published] == ids[2:]
     assert sent(publisher) == [eid[i] for i in ids]
-    await settle_batch(previous, store=store, rules=rules)
-    await settle_batch(after, store=store, rules=rules)
+    await step.settled()
+    assert len(outcomes) == 2
     assert row_states(backend) == {}

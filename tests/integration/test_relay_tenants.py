@@ -1,4 +1,4 @@
-"""Fair turns through the relay's own step (publish_batch: claim, publish, settle) and its
+"""Fair turns through the relay's own step (Step.run: claim, publish, settle) and its
 gauges, on real Postgres and SQLite with the in-memory publisher standing in for Kafka."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from outbox_core.supervisor import Supervisor
-from relay.batch import BatchOutcome, publish_batch
 from relay.config import RelaySettings
-from relay.gauges import Gauges
-from relay.memory_publisher import MemoryPublisher
-from relay.observer import RelayObserver
+from relay.control.gauges import Gauges
+from relay.ops.observer import RelayObserver
+from relay.pipeline.step import BatchOutcome, Step
 from relay.store import Store
+from relay.transport.memory import MemoryPublisher
 from tests.support.db import Backend
 from tests.support.relay import relay_settings
 from tests.support.stores import emit, event, keys_on_shard
@@ -34,9 +34,7 @@ async def step(store: Store, publisher: MemoryPublisher, settings: RelaySettings
     token = await store.lease_acquire(SHARD, owner, 30)
     if token is None:  # ours since an earlier step
         (token,) = [lease.token for lease in await store.lease_list() if lease.shard == SHARD]
-    return await publish_batch(
-        {SHARD: token}, store=store, publisher=publisher, rules=settings.batch_rules()
-    )
+    return await Step(settings.batch_rules(), store=store, publisher=publisher).run({SHARD: token})
 
 
 def flood_then_trickle(backend: Backend) -> dict[str, str]:

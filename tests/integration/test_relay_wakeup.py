@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from relay.batch import BatchOutcome
-from relay.memory_publisher import MemoryPublisher
+from relay.pipeline.step import BatchOutcome
 from relay.store import Failure
+from relay.transport.memory import MemoryPublisher
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
 from tests.support.relay import relay_settings, running_relay, wait_drained

@@ -1,5 +1,6 @@
-"""One relay step (relay.batch.publish_batch: claim, publish, settle) on real Postgres and
-SQLite, with the library's in-memory publisher standing in for Kafka."""
+"""One relay step (relay.pipeline.step.Step.run: claim, publish, settle: the step the
+relay's loop runs) on real Postgres and SQLite, with the library's in-memory publisher
+standing in for Kafka."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from relay.batch import BatchOutcome, publish_batch
 from relay.config import RelaySettings
-from relay.errors import KafkaUnavailable, PublishFailed
-from relay.memory_publisher import MemoryPublisher
-from relay.publisher import OutgoingRecord
+from relay.pipeline.step import BatchOutcome, Step
 from relay.store import Store
+from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
+from relay.transport.memory import MemoryPublisher
+from relay.transport.records import OutgoingRecord
 from tests.support.db import Backend
 from tests.support.relay import FAST, relay_settings
 from tests.support.stores import emit, event, keys_on_shard, row_states, snapshot
@@ -44,9 +45,8 @@ async def lease(store: Store, settings: RelaySettings, shard: int = SHARD) -> in
 async def run(
     store: Store, publisher: MemoryPublisher, settings: RelaySettings, token: int
 ) -> BatchOutcome:
-    return await publish_batch(
-        {SHARD: token}, store=store, publisher=publisher, rules=settings.batch_rules()
-    )
+    step = Step(settings.batch_rules(), store=store, publisher=publisher)
+    return await step.run({SHARD: token})
 
 
 def event_ids(backend: Backend) -> dict[int, str]:
@@ -74,11 +74,16 @@ def counts(outcome: BatchOutcome) -> tuple[int, int, int, int, int, bool, bool]:
 def failing(
     event_ids: set[str], *, retriable: bool, fatal: bool = False, message: str = "broker said no"
 ) -> Callable[[OutgoingRecord], PublishFailed | None]:
-    """A MemoryPublisher rule failing the records of these events."""
+    """A MemoryPublisher rule failing the records of these events: a broken producer
+    (fatal), a passing broker condition (retriable) or a refusal for good."""
+    if fatal:
+        reason = FailureReason.PRODUCER_BROKEN
+    else:
+        reason = FailureReason.RETRIABLE if retriable else FailureReason.REFUSED
 
     def rule(record: OutgoingRecord) -> PublishFailed | None:
         if dict(record.headers)["event_id"].decode() in event_ids:
-            return PublishFailed(message, retriable=retriable, fatal=fatal)
+            return PublishFailed(reason, message)
         return None
 
     return rule
@@ -340,7 +345,7 @@ async def test_kafka_unavailable_when_every_send_fails_and_nothing_is_settled(
     token = await lease(store, settings)
     before = snapshot(backend)
 
-    with pytest.raises(KafkaUnavailable) as info:
+    with pytest.raises(TransportUnavailable) as info:
         await run(store, publisher, settings, token)
     assert info.value.error.retriable
     assert str(info.value.error) == "no broker"
@@ -391,12 +396,8 @@ async def test_a_wrong_token_settles_nothing_and_reports_the_shard_lost(
     # shards still ours in the same cycle are settled.
     other = await store.lease_acquire(OTHER, "relay-other", 30)
     assert other is not None
-    outcome = await publish_batch(
-        {SHARD: token, OTHER: other},
-        store=store,
-        publisher=publisher,
-        rules=settings.batch_rules(),
-    )
+    step = Step(settings.batch_rules(), store=store, publisher=publisher)
+    outcome = await step.run({SHARD: token, OTHER: other})
     assert outcome.lost == {OTHER}
     assert (outcome.claimed, outcome.published, outcome.retried) == (3, 1, 1)
     assert sorted(row_states(backend)) == [a1, _x1]
@@ -413,7 +414,7 @@ async def test_a_topic_level_failure_of_a_whole_batch_is_charged_not_a_kafka_out
     settings = settings_for(backend)
 
     def unknown_topic(record: OutgoingRecord) -> PublishFailed | None:
-        return PublishFailed("UnknownTopicOrPartitionError", retriable=True, transport=False)
+        return PublishFailed(FailureReason.UNKNOWN_TOPIC, "UnknownTopicOrPartitionError")
 
     publisher = MemoryPublisher(fail=unknown_topic)
     outcome = await run(store, publisher, settings, await lease(store, settings))

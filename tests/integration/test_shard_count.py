@@ -12,7 +12,7 @@ import pytest
 from outbox_core.sharding import shard_for
 from producer_lib import ConfigurationError, Event, Outbox, ShardCountMismatch
 from relay.errors import StartupRefused
-from relay.preflight import check_database
+from relay.service import check_database
 from relay.store import Store
 from tests.conftest import TopicFactory
 from tests.support.db import Backend

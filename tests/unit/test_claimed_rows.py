@@ -13,8 +13,8 @@ import sqlalchemy
 from outbox_core.errors import DatabaseError
 from outbox_core.executors import NamedRows, SqlAlchemyExecutor, SqliteExecutor, Statement
 from outbox_core.migrate import migrate
-from relay.sql_store import claimed_row_maker
 from relay.store import ClaimedRow
+from relay.store.sql import claimed_row_maker
 
 ROW = ClaimedRow(7, 3, "e-7", "orders", "k", "Created", b"\x00", "{}", 2, 1.5, "acme")
 

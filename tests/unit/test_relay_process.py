@@ -1,6 +1,6 @@
 """What the relay does for its event loop and its process: large batches cut into pieces
-with a loop turn between them (relay/loop_share.py), and the collector settings of
-`outbox-relay run` (relay/heap.py)."""
+with a loop turn between them (outbox_core.supervisor.pieces), and the collector settings of
+`outbox-relay run` (relay/cli.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay.heap import OLDER, YOUNG, tune_collector
-from relay.loop_share import PIECE, pieces
+from outbox_core.supervisor import PIECE, pieces
+from relay.cli import OLDER, YOUNG, tune_collector
 
 
 async def test_a_large_batch_gives_other_tasks_a_turn_between_pieces() -> None:

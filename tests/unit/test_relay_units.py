@@ -6,19 +6,22 @@ import asyncio
 import itertools
 import random
 import traceback
-from types import SimpleNamespace
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from aiokafka import errors as kafka_errors
 
-from relay.batch import backoff_s
 from relay.config import RelaySettings, load_settings, unknown_env_names
-from relay.errors import PublishFailed, RelayConfigError
-from relay.kafka_errors import classify
-from relay.leases import fair_share
-from relay.memory_publisher import MemoryPublisher
-from relay.publisher import HELD, KafkaPublisher, OutgoingRecord, _ack
+from relay.control.leases import fair_share
+from relay.errors import RelayConfigError
+from relay.pipeline.step import backoff_s
+from relay.service import RelayService
+from relay.transport.errors import FailureReason, PublishFailed
+from relay.transport.kafka import KafkaPublisher, _ack, classify
+from relay.transport.memory import MemoryPublisher
+from relay.transport.protocol import ACKED, HELD
+from relay.transport.records import OutgoingRecord
 
 CANARY = "canary-pw-7f3a91"
 GOOD: dict[str, Any] = {
@@ -142,12 +145,14 @@ def test_backoff_of_a_row_failing_for_very_long_is_the_cap(attempts: int) -> Non
 def test_classify_kafka_timeout_is_retriable() -> None:
     failed = classify(kafka_errors.KafkaTimeoutError())
     assert (failed.retriable, failed.fatal) == (True, False)
+    assert failed.reason is FailureReason.TIMEOUT
     assert "KafkaTimeoutError" in str(failed)
 
 
 def test_classify_message_too_large_is_not_retriable() -> None:
     failed = classify(kafka_errors.MessageSizeTooLargeError())
     assert (failed.retriable, failed.fatal) == (False, False)
+    assert failed.reason is FailureReason.TOO_LARGE
     assert "MessageSizeTooLargeError" in str(failed)
 
 
@@ -171,7 +176,7 @@ def test_classify_other_errors() -> None:
     assert classify(TimeoutError()).retriable
     assert classify(ConnectionResetError("reset")).retriable
     assert not classify(ValueError("bad")).retriable
-    already = PublishFailed("as is", retriable=False)
+    already = PublishFailed(FailureReason.REFUSED, "as is")
     assert classify(already) is already
 
 
@@ -203,10 +208,8 @@ class _Producer:
         self.submitted: list[list[bytes]] = []
         self.calls = 0 if refuse_first else 1
 
-        async def partitions(topic: str) -> set[int]:
-            return {0}
-
-        self.client = SimpleNamespace(_wait_on_metadata=partitions)
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0}
 
     def create_batch(self) -> _Builder:
         return _Builder()
@@ -244,10 +247,12 @@ async def test_kafka_publisher_hands_nothing_over_behind_a_refused_batch() -> No
     publisher = _publisher_on(producer)
     records = [OutgoingRecord("orders", b"k", str(i).encode(), []) for i in range(5)]
 
-    results = await publisher.enqueue_batch(records)
+    results = await publisher.publish(records)
     assert producer.submitted == []  # the later batches of the partition would overtake it
-    assert all(isinstance(r, PublishFailed) and r.retriable for r in results)
-    assert "KafkaTimeoutError" in str(results[4])
+    # The refused batch's two records fail; nothing behind them was handed over.
+    assert all(isinstance(r, PublishFailed) and r.retriable for r in results[:2])
+    assert "KafkaTimeoutError" in str(results[1])
+    assert results[2:] == [HELD] * 3
 
 
 async def test_kafka_publisher_holds_a_key_that_would_span_two_record_batches() -> None:
@@ -259,17 +264,14 @@ async def test_kafka_publisher_holds_a_key_that_would_span_two_record_batches() 
     keys = [b"a", b"a", b"b", b"a", b"c", b"a"]
     records = [OutgoingRecord("orders", k, str(i).encode(), []) for i, k in enumerate(keys)]
 
-    results = await publisher.enqueue_batch(records)
+    results = await publisher.publish(records)
     assert producer.submitted == [[b"a", b"a"], [b"b", b"c"]]
-    assert [r is HELD for r in results] == [False, False, False, True, False, True]
-    assert results[0] is results[1]  # one ack per record batch
-    assert results[2] is results[4]
-    await asyncio.gather(*(cast(Any, r) for r in results if r is not HELD))
+    assert results == [ACKED, ACKED, ACKED, HELD, ACKED, HELD]
 
 
-async def test_memory_publisher_refuses_later_records_of_a_refused_key() -> None:
+async def test_memory_publisher_holds_later_records_of_a_refused_key() -> None:
     def refuse_first(record: OutgoingRecord) -> PublishFailed | None:
-        return PublishFailed("full", retriable=True) if record.value == b"1" else None
+        return PublishFailed(FailureReason.TIMEOUT, "full") if record.value == b"1" else None
 
     publisher = MemoryPublisher(refuse=refuse_first)
     records = [
@@ -278,9 +280,10 @@ async def test_memory_publisher_refuses_later_records_of_a_refused_key() -> None
         OutgoingRecord("orders", b"a", b"3", []),
         OutgoingRecord("payments", b"a", b"4", []),
     ]
-    results = await publisher.enqueue_batch(records)
-    assert [isinstance(r, PublishFailed) for r in results] == [True, False, True, False]
-    await asyncio.gather(*(cast(Any, r) for r in results if not isinstance(r, PublishFailed)))
+    results = await publisher.publish(records)
+    # Later records of the refused key are not handed over behind it: HELD, not sent.
+    assert [isinstance(r, PublishFailed) for r in results] == [True, False, False, False]
+    assert results[1:] == [ACKED, HELD, ACKED]
     assert sorted(r.value for r in publisher.sent) == [b"2", b"4"]
 
 
@@ -373,3 +376,27 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
     assert "no ack from Kafka" in str(results[2])
     assert forgotten == ["orders"]
     never.cancel()
+
+
+# ---------------------------------------------------------------------------- readiness
+
+
+@pytest.mark.parametrize("transport", ["kafka", "redis"])
+def test_readiness_and_stats_name_the_configured_transport(transport: str, tmp_path: Path) -> None:
+    settings = load_settings(
+        database_url=f"sqlite:///{tmp_path / 'outbox.db'}",  # never opened here
+        kafka_bootstrap_servers="127.0.0.1:9092",
+        kafka_security_protocol="PLAINTEXT",
+        transport=transport,
+    )
+    service = RelayService(settings)
+    assert service.stats.transport == transport
+    service.observer.lease_round(1, 0)
+    probe = service.readyz()
+    assert not probe.ok
+    assert probe.detail == f"{transport}: unreachable or not started"
+    service.observer.transport_started()
+    assert service.readyz().ok
+    service.observer.transport_outage()  # a batch found the transport away
+    assert service.readyz().detail == f"{transport}: unreachable or not started"
+    assert service.stats.transport_outages == 1

@@ -4,7 +4,7 @@ share a tenant."""
 
 from __future__ import annotations
 
-from relay.lanes import TenantLanes
+from relay.pipeline.lanes import TenantLanes
 from relay.store import ClaimedRow, TenantTurns
 
 

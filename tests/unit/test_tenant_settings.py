@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 from relay.cli import _run_overrides, build_parser
 from relay.config import load_settings
 from relay.errors import RelayConfigError
-from relay.observer import RelayObserver
+from relay.ops.observer import RelayObserver
 from relay.store import TenantBacklog, TenantTurns
 
 GOOD: dict[str, Any] = {

@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from relay.errors import PublishFailed
-from relay.publisher import HELD, Handed, HeldBack, OutgoingRecord
+from relay.transport.errors import PublishFailed
+from relay.transport.protocol import ACKED, HELD, Outcome
+from relay.transport.records import OutgoingRecord
 
 FailureRule = Callable[[OutgoingRecord], PublishFailed | None]
 
@@ -17,10 +18,11 @@ class MemoryPublisher:
     """In-memory test double: keeps what was acked, in ack order.
 
     As with Kafka, a key's records of one call travel together (one record batch): they
-    share one ack, failed for all of them when `fail` fails any. `refuse` refuses a record
+    are acked together, or failed together when `fail` fails any. `refuse` refuses a record
     at hand-over (like a batch the producer rejects up front; later records of its key are
-    refused with it); `fail` fails the ack (like a broker error). Both return None to let a
-    record through.
+    HELD behind it); `fail` fails the ack (like a broker error). Both return None to let a
+    record through. A key's records past `max_key_records` in one call are HELD (like a
+    Kafka key that would span two record batches).
     """
 
     sent: list[OutgoingRecord] = field(default_factory=list)
@@ -40,19 +42,19 @@ class MemoryPublisher:
         self.recreated += 1
         self.started = True
 
-    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
-        refused_keys: dict[tuple[str, bytes], PublishFailed] = {}
+    async def publish(self, records: Sequence[OutgoingRecord]) -> list[Outcome]:
+        refused_keys: set[tuple[str, bytes]] = set()
         batches: dict[tuple[str, bytes], list[OutgoingRecord]] = {}
         errors: dict[tuple[str, bytes], PublishFailed | None] = {}
-        handed: list[PublishFailed | HeldBack | tuple[str, bytes]] = []
+        handed: list[Outcome | tuple[str, bytes]] = []
         for record in records:
             key = (record.topic, record.key)
-            refused = refused_keys.get(key)
-            if refused is None and self.refuse:
-                refused = self.refuse(record)
+            if key in refused_keys:
+                handed.append(HELD)  # as KafkaPublisher: nothing of a key behind a refusal
+                continue
+            refused = self.refuse(record) if self.refuse else None
             if refused is not None:
-                # As KafkaPublisher: later records of a refused key are not handed over.
-                refused_keys[key] = refused
+                refused_keys.add(key)
                 handed.append(refused)
                 continue
             batch = batches.setdefault(key, [])
@@ -63,13 +65,11 @@ class MemoryPublisher:
             if errors.get(key) is None:
                 errors[key] = self.fail(record) if self.fail else None
             handed.append(key)
-        acks = {key: asyncio.ensure_future(self._ack(b, errors[key])) for key, b in batches.items()}
-        return [
-            item if isinstance(item, PublishFailed | HeldBack) else acks[item] for item in handed
-        ]
-
-    async def _ack(self, batch: list[OutgoingRecord], error: PublishFailed | None) -> None:
-        await asyncio.sleep(0)
-        if error is not None:
-            raise error
-        self.sent.extend(batch)
+        await asyncio.sleep(0)  # the acks come later, as a broker's do
+        answers: dict[tuple[str, bytes], Outcome] = {}
+        for key, batch in batches.items():
+            error = errors[key]
+            if error is None:
+                self.sent.extend(batch)
+            answers[key] = ACKED if error is None else error
+        return [answers[item] if isinstance(item, tuple) else item for item in handed]

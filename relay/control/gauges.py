@@ -17,7 +17,7 @@ from outbox_core.periodic import every
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
 from relay.errors import StoreUnavailable
-from relay.observer import RelayObserver
+from relay.ops.observer import RelayObserver
 from relay.store import Backlog, Store
 
 log = logging.getLogger("relay.gauges")

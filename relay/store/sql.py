@@ -20,9 +20,8 @@ from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.errors import DatabaseError, MigrationError, OutboxError
 from outbox_core.executors import AsyncPool, NamedRows, Plan, Rows, Statement
+from outbox_core.supervisor import pieces
 from relay.errors import RelayError, StartupRefused, StoreUnavailable
-from relay.loop_share import pieces
-from relay.sqlite_lock import RelayFileLock
 from relay.store import (
     AppliedMigration,
     Backlog,
@@ -35,6 +34,7 @@ from relay.store import (
     TenantBacklog,
     TenantTurns,
 )
+from relay.store.file_lock import RelayFileLock
 
 
 def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
@@ -138,7 +138,7 @@ def claimed_row_maker(columns: tuple[str, ...]) -> Callable[[Sequence[Any]], Cla
 
 
 class SqlStore:
-    """work: the connections shard workers claim and settle on; control: leases,
+    """work: the connections the lanes claim and settle on; control: leases,
     membership and gauges (the same object on SQLite, which has one connection)."""
 
     def __init__(

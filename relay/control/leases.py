@@ -1,7 +1,7 @@
 """Who works which shard: a fair split among live replicas, held through fenced leases.
 
 `LeaseKeeper.run_once` is one heartbeat round: announce this replica, renew what it holds,
-and work out what to take or give; it applies the changes to the cycle (cycle.py) and
+and work out what to take or give; it applies the changes to the pipeline (pipeline/loop.py) and
 returns them. `run` calls it every heartbeat_interval_s.
 """
 
@@ -18,9 +18,9 @@ from pydantic import Field, model_validator
 
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
-from relay.cycle import Cycle
 from relay.errors import StoreUnavailable
-from relay.observer import RelayObserver
+from relay.ops.observer import RelayObserver
+from relay.pipeline.loop import Pipeline
 from relay.store import Store
 
 log = logging.getLogger("relay.leases")
@@ -108,7 +108,7 @@ class LeaseKeeper:
         *,
         shard_count: int,
         store: Store,
-        cycle: Cycle,
+        pipeline: Pipeline,
         observer: RelayObserver,
         supervisor: Supervisor,
     ) -> None:
@@ -116,7 +116,7 @@ class LeaseKeeper:
         # The database's, set again by the service once start-up has read it.
         self.shard_count = shard_count
         self._store = store
-        self._cycle = cycle
+        self._pipeline = pipeline
         self._observer = observer
         self._sup = supervisor
 
@@ -127,7 +127,7 @@ class LeaseKeeper:
             changes = await heartbeat(
                 self._store,
                 me=s.replica_id,
-                held=self._cycle.held,
+                held=self._pipeline.held,
                 shard_count=self.shard_count,
                 ttl_s=s.lease_ttl_s,
                 accepting=not self._sup.stopping.is_set(),
@@ -140,15 +140,15 @@ class LeaseKeeper:
         for shard in changes.lost:
             self._observer.lease_lost()
             log.warning("lease lost; no more claims for the shard", extra={"shard": shard})
-            self._cycle.drop(shard)
+            self._pipeline.drop(shard)
         for shard in changes.to_release:
-            self._sup.spawn(f"release-{shard}", lambda shard=shard: self._cycle.hand_over(shard))  # type: ignore[misc]
+            self._sup.spawn(f"release-{shard}", lambda shard=shard: self._pipeline.hand_over(shard))  # type: ignore[misc]
         for shard, token in changes.acquired.items():
             if token > 1:
                 self._observer.takeover()
             log.info("lease acquired", extra={"shard": shard, "token": token})
-            self._cycle.start(shard, token)
-        self._observer.lease_round(len(changes.replicas), len(self._cycle.held))
+            self._pipeline.start(shard, token)
+        self._observer.lease_round(len(changes.replicas), len(self._pipeline.held))
         return changes
 
     async def run(self) -> None:

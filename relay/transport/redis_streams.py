@@ -5,11 +5,10 @@ Kafka topic would be (topic_prefix, topic_map); see consumer_lib.redis_source fo
 reader. An entry's fields: event_id, event_type, key, payload, and every header as a field
 `h:<name>` (binary safe, so nothing is re-encoded).
 
-Per-key order: a claim's XADDs go out in id order in one MULTI/EXEC pipeline, acknowledged
-as a whole before the settle, so a key's later entry cannot be stored ahead of an earlier
+Per-key order: a claim's XADDs go out in id order in one MULTI/EXEC pipeline, answered as
+a whole before the settle, so a key's later entry cannot be stored ahead of an earlier
 one. A failure inside the transaction (a stream key holding another type) hits every entry
-of that stream alike; even so, a key with any failed entry fails as a whole, like a Kafka
-record batch.
+of that stream alike; each entry's own reply is reported.
 
 Trimming is never automatic: MAXLEN or MINID only when configured (redis_stream_maxlen,
 redis_stream_max_age_s), because trimming removes entries whether or not a lagging group
@@ -25,10 +24,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from outbox_core.redis_connection import RedisSettings, classify, connect
+from outbox_core import redis_connection
+from outbox_core.redis_connection import RedisSettings, connect
 from outbox_core.settings import SettingsGroup
-from relay.errors import PublishFailed
-from relay.publisher import Handed, OutgoingRecord
+from relay.transport.errors import FailureReason, PublishFailed
+from relay.transport.protocol import ACKED, Outcome
+from relay.transport.records import OutgoingRecord
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -80,7 +81,6 @@ class RedisStreamPublisher:
         self._settings = settings
         self._stream = stream
         self._client: Redis | None = None
-        self._pending: set[asyncio.Future[None]] = set()  # EXECs in flight (kept referenced)
 
     async def start(self) -> None:
         client = connect(self._settings)
@@ -88,7 +88,7 @@ class RedisStreamPublisher:
             await client.ping()
         except Exception as exc:
             await client.aclose()
-            raise _failed(exc) from exc
+            raise classify(exc) from exc
         self._client = client
 
     async def stop(self) -> None:
@@ -108,60 +108,30 @@ class RedisStreamPublisher:
             return {"minid": f"{oldest_ms}-0", "approximate": True}
         return {}
 
-    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
+    async def publish(self, records: Sequence[OutgoingRecord]) -> list[Outcome]:
         client = self._client
         if client is None:
-            raise PublishFailed("redis client is not started", retriable=True, fatal=True)
+            raise PublishFailed(FailureReason.PRODUCER_BROKEN, "redis client is not started")
         if not records:
             return []
-        pipe = client.pipeline(transaction=True)
+        pipe: Any = client.pipeline(transaction=True)
         trim = self._trim()
         for record in records:
-            pipe.xadd(record.topic, entry_fields(record), **trim)  # type: ignore[arg-type]
-        # One ack per key (a key's entries succeed or fail together): the relay gathers
-        # a few futures, not one task per record.
-        loop = asyncio.get_running_loop()
-        acks: dict[tuple[str, bytes], asyncio.Future[None]] = {}
-        for record in records:
-            if (record.topic, record.key) not in acks:
-                acks[(record.topic, record.key)] = loop.create_future()
-        task = asyncio.ensure_future(_execute(pipe, records, acks))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-        return [acks[(r.topic, r.key)] for r in records]
+            pipe.xadd(record.topic, entry_fields(record), **trim)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return [classify(exc)] * len(records)
+        finally:
+            await pipe.reset()
+        return [classify(r) if isinstance(r, Exception) else ACKED for r in replies]
 
 
-async def _execute(
-    pipe: Any,
-    records: Sequence[OutgoingRecord],
-    acks: dict[tuple[str, bytes], asyncio.Future[None]],
-) -> None:
-    """One EXEC for the claim; a key with any failed entry fails as a whole."""
-    failed: dict[tuple[str, bytes], PublishFailed] = {}
-    try:
-        replies = await pipe.execute(raise_on_error=False)
-    except BaseException as exc:
-        if isinstance(exc, asyncio.CancelledError):
-            for ack in acks.values():
-                ack.cancel()
-            raise
-        everything = _failed(exc)
-        failed = dict.fromkeys(acks, everything)
-    else:
-        for record, reply in zip(records, replies, strict=True):
-            if isinstance(reply, Exception):
-                failed.setdefault((record.topic, record.key), _failed(reply))
-    finally:
-        await pipe.reset()
-    for key, ack in acks.items():
-        if ack.done():
-            continue
-        if key in failed:
-            ack.set_exception(failed[key])
-        else:
-            ack.set_result(None)
-
-
-def _failed(exc: BaseException) -> PublishFailed:
-    failure = classify(exc)
-    return PublishFailed(str(failure), retriable=failure.retriable)
+def classify(exc: BaseException) -> PublishFailed:
+    """A redis-py error as the relay's PublishFailed: the connection or the server failing
+    is the transport's (retried, never charged), anything else refused the entry."""
+    failure = redis_connection.classify(exc)
+    reason = FailureReason.UNREACHABLE if failure.retriable else FailureReason.REFUSED
+    return PublishFailed(reason, str(failure))

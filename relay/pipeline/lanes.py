@@ -1,11 +1,11 @@
-"""Two lanes for fair turns (issue 16): a tenant with a backlog drains in a lane of its
+"""Two lanes for fair turns: a tenant with a backlog drains in a lane of its
 own, beside the cycles that carry everyone else's rows, so its large batches never sit
 in front of another tenant's next event.
 
 Turns alone bound another tenant's wait by one cycle, but a cycle that carries a bulk
 import is thousands of rows and up to a second long: a small tenant's event committed
-during it waits for it to end and then for its own. With lanes the cycle runs twice
-over the same shards (cycle.py): the quick lane claims every tenant but the bulk ones,
+during it waits for it to end and then for its own. With lanes the pipeline runs two loops
+over the same shards (loop.py): the quick lane claims every tenant but the bulk ones,
 at most `threshold` rows of one tenant per shard; the bulk lane claims only the bulk
 tenants, with the full batch size.
 

@@ -1,16 +1,14 @@
-"""Publishing records: one Protocol and the aiokafka implementation (the in-memory test
-double is memory_publisher.MemoryPublisher).
+"""Publishing to Kafka with aiokafka's batch API, and the one place aiokafka's errors
+become the relay's (classify).
 
-A send is two steps, as in Kafka clients: `enqueue_batch` hands records to the producer
-and returns, per record, an awaitable for its ack; or at once a PublishFailed when the
-record cannot be handed over (its topic unknown to the cluster, or too large for it); or
-HELD when it must wait for a later call. The relay enqueues a whole claim, then gathers
-the acks.
+Each claim becomes one record batch per partition (more when a partition's records exceed
+the topic's limit), each closed before it is submitted unless a linger is set: the claim is
+the batch. A record batch is acked or refused as a whole, with one shared ack.
 
-Per-key order: the records of one key in one call travel in one record batch, which Kafka
-accepts or refuses as a whole, so a later record of a key can never be acked after an
-earlier one failed. A key whose records would span two record batches keeps the later
-ones HELD: they go out with the next claim, after the earlier ones were acked.
+Per-key order: the records of one key in one call travel in one record batch, so a later
+record of a key can never be acked after an earlier one failed. A key whose records would
+span two record batches keeps the later ones HELD: they go out with the next claim, after
+the earlier ones were acked.
 """
 
 from __future__ import annotations
@@ -18,68 +16,68 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
-from aiokafka.producer.message_accumulator import BatchBuilder
 
 from outbox_core.kafka_security import KafkaSecurity
-from relay.errors import PublishFailed
-from relay.kafka_errors import SIZE_ERRORS, classify
-from relay.kafka_settings import KafkaSettings
-from relay.loop_share import PIECE
-from relay.topic_limits import TopicLimits
+from outbox_core.supervisor import PIECE
+from relay.transport.aiokafka_adapter import BatchBuilder, record_batch
+from relay.transport.errors import FailureReason, PublishFailed
+from relay.transport.kafka_settings import KafkaSettings
+from relay.transport.protocol import ACKED, HELD, Outcome
+from relay.transport.records import OutgoingRecord
+from relay.transport.topic_limits import TopicLimits
+
+# The producer instance is unusable after these; a new one (new producer id) is needed.
+_FATAL = (
+    kafka_errors.ProducerClosed,
+    kafka_errors.OutOfOrderSequenceNumber,
+    kafka_errors.ProducerFenced,
+    kafka_errors.IllegalStateError,
+)
+SIZE_ERRORS = (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)
+# By class, most specific first. aiokafka marks a batch that expired while the broker was
+# away (KafkaTimeoutError) as not retriable; for the relay it is the broker being
+# unreachable, which is. A missing topic is retriable yet the topic's problem: charged to
+# its rows (with backoff, then parked) so that it cannot hold a whole shard back.
+_REASONS: tuple[
+    tuple[type[BaseException] | tuple[type[BaseException], ...], FailureReason], ...
+] = (
+    (_FATAL, FailureReason.PRODUCER_BROKEN),
+    (SIZE_ERRORS, FailureReason.TOO_LARGE),
+    (kafka_errors.KafkaTimeoutError, FailureReason.TIMEOUT),
+    (kafka_errors.KafkaConnectionError, FailureReason.UNREACHABLE),
+    (kafka_errors.UnknownTopicOrPartitionError, FailureReason.UNKNOWN_TOPIC),
+    (kafka_errors.NotEnoughReplicasError, FailureReason.TOPIC_UNAVAILABLE),
+    (asyncio.TimeoutError, FailureReason.TIMEOUT),
+    (OSError, FailureReason.UNREACHABLE),
+)
 
 
-class OutgoingRecord(NamedTuple):
-    topic: str
-    key: bytes
-    value: bytes
-    headers: list[tuple[str, bytes]]
+def classify(exc: BaseException) -> PublishFailed:
+    """A Kafka client error as the relay's PublishFailed, its reason by the error's class
+    (aiokafka's own `retriable` verdict for the classes not named above)."""
+    if isinstance(exc, PublishFailed):
+        return exc
+    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    for kinds, reason in _REASONS:
+        if isinstance(exc, kinds):
+            return PublishFailed(reason, text)
+    if isinstance(exc, kafka_errors.KafkaError) and getattr(exc, "retriable", False):
+        return PublishFailed(FailureReason.RETRIABLE, text)
+    return PublishFailed(FailureReason.REFUSED, text)
 
-    @property
-    def size(self) -> int:
-        size = len(self.key) + len(self.value)
-        for name, value in self.headers:
-            size += len(name) + len(value)
-        return size
-
-
-class HeldBack:
-    """A record not handed over in this call (see the module's note on per-key order).
-    It is no failure: its row stays pending, uncharged, for the next claim."""
-
-    def __repr__(self) -> str:
-        return "HELD"
-
-
-HELD = HeldBack()
-Handed = Awaitable[None] | PublishFailed | HeldBack
 
 # Bytes a record adds to a batch beyond its key, value and headers (length varints,
 # attributes, deltas), and a record batch's own header: a record larger than a topic's
 # batch size minus these could never be accepted by the broker.
 RECORD_OVERHEAD = 64
 BATCH_HEADER = 61
-
-
-class Publisher(Protocol):
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def recreate(self) -> None:
-        """Replace a producer broken by a fatal error (not the process)."""
-        ...
-
-    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
-        """Per record: its ack, a PublishFailed, or HELD. Nothing later of a refused
-        record's key is handed over behind it, and a key's records of one call are acked
-        or failed together."""
-        ...
 
 
 class KafkaPublisher:
@@ -139,7 +137,7 @@ class KafkaPublisher:
         found: dict[str, list[int] | PublishFailed] = {}
         for topic in topics:
             try:
-                found[topic] = sorted(await producer.client._wait_on_metadata(topic))
+                found[topic] = sorted(await producer.partitions_for(topic))
             except BaseException as exc:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
@@ -148,27 +146,30 @@ class KafkaPublisher:
 
     def _builder(self, producer: AIOKafkaProducer, size: int) -> BatchBuilder:
         # The producer's own builders have one size for every topic; ours fit each topic.
-        compression = producer._message_accumulator._compression_type
-        return BatchBuilder(size, compression, is_transactional=False)
+        return record_batch(producer, size)
 
-    async def enqueue_batch(self, records: Sequence[OutgoingRecord]) -> list[Handed]:
+    async def publish(self, records: Sequence[OutgoingRecord]) -> list[Outcome]:
         """One record batch per partition (more when a partition's records exceed the
-        topic's limit), each closed before it is submitted unless a linger is set: the
-        claim is the batch. One shared ack per record batch (aiokafka's batch API)."""
+        topic's limit); every batch is submitted before any ack is awaited."""
         producer = self._producer
         if producer is None:
-            raise PublishFailed("producer is not started", retriable=True, fatal=True)
-        results: list[Handed] = [HELD] * len(records)
+            raise PublishFailed(FailureReason.PRODUCER_BROKEN, "producer is not started")
+        results: list[Outcome] = [HELD] * len(records)
         topics = {r.topic for r in records}
         partitions = await self._partitions(producer, topics)
         sizes = await self._limits.batch_bytes(topics)
         if self._settings.max_batch_bytes is not None:
             sizes = {t: min(size, self._settings.max_batch_bytes) for t, size in sizes.items()}
         groups: dict[tuple[str, int], list[tuple[int, OutgoingRecord]]] = {}
+        refused: set[tuple[str, bytes]] = set()
         for i, record in enumerate(records):
             known = partitions[record.topic]
             if isinstance(known, PublishFailed):
-                results[i] = known
+                # Its first record carries the topic's failure; the later ones are HELD
+                # behind it, as behind any refused record of their key.
+                if (record.topic, record.key) not in refused:
+                    refused.add((record.topic, record.key))
+                    results[i] = known
                 continue
             partition = known[_key_slot(record.key) % len(known)]
             group = groups.get((record.topic, partition))
@@ -176,8 +177,18 @@ class KafkaPublisher:
                 groups[record.topic, partition] = [(i, record)]
             else:
                 group.append((i, record))
+        acks: list[tuple[asyncio.Future[None], list[int]]] = []
         for (topic, partition), items in groups.items():
-            await self._enqueue_partition(producer, topic, partition, sizes[topic], items, results)
+            await self._enqueue_partition(
+                producer, topic, partition, sizes[topic], items, results, acks
+            )
+        answers = await asyncio.gather(*(ack for ack, _ in acks), return_exceptions=True)
+        for (_, members), answer in zip(acks, answers, strict=True):
+            if isinstance(answer, asyncio.CancelledError):
+                raise answer
+            outcome: Outcome = ACKED if answer is None else classify(answer)
+            for i in members:
+                results[i] = outcome
         return results
 
     async def _enqueue_partition(
@@ -187,7 +198,8 @@ class KafkaPublisher:
         partition: int,
         size: int,
         items: list[tuple[int, OutgoingRecord]],
-        results: list[Handed],
+        results: list[Outcome],
+        acks: list[tuple[asyncio.Future[None], list[int]]],
     ) -> None:
         largest = size - BATCH_HEADER - RECORD_OVERHEAD
         builder, members, start = self._builder(producer, size), list[int](), 0
@@ -196,18 +208,17 @@ class KafkaPublisher:
         held: set[bytes] = set()
         for n, (i, record) in enumerate(items):
             if n and not n % PIECE:
-                await asyncio.sleep(0)  # loop_share: the other lane's turn
+                await asyncio.sleep(0)  # outbox_core.supervisor.pieces: the other lane's turn
             if held and record.key in held:
                 continue  # HELD: its key's earlier records are in a batch of their own
             # A builder takes any first record, however large; only a first record needs
             # its size checked (a later one that does not fit starts the next batch).
             if members and _append(builder, record) is None:  # full: submit it
-                failed = await self._submit(producer, builder, topic, partition, members, results)
+                failed = await self._submit(
+                    producer, builder, topic, partition, members, results, acks
+                )
                 if failed is not None:
-                    # Nothing later of this partition may overtake the refused batch.
-                    for j, _ in items[n:]:
-                        results[j] = failed
-                    return
+                    return  # nothing later of this partition may overtake it: HELD
                 # The submitted batch's keys (items since it began; those skipped there
                 # were held already).
                 held.update(earlier.key for _, earlier in items[start:n])
@@ -220,15 +231,15 @@ class KafkaPublisher:
                     # whether they may go ahead of it is the failure policy's to decide.
                     held.add(record.key)
                     results[i] = PublishFailed(
-                        f"RecordTooLarge: record of {record.size} bytes exceeds what topic "
-                        f"{topic} accepts (max.message.bytes {size})",
-                        retriable=False,
+                        FailureReason.TOO_LARGE,
+                        f"record too large: {record.size} bytes, more than topic {topic} "
+                        f"accepts (max.message.bytes {size})",
                     )
                     continue
                 _append(builder, record)
             members.append(i)
         if members:
-            await self._submit(producer, builder, topic, partition, members, results)
+            await self._submit(producer, builder, topic, partition, members, results, acks)
 
     async def _submit(
         self,
@@ -237,7 +248,8 @@ class KafkaPublisher:
         topic: str,
         partition: int,
         members: list[int],
-        results: list[Handed],
+        results: list[Outcome],
+        acks: list[tuple[asyncio.Future[None], list[int]]],
     ) -> PublishFailed | None:
         if self._settings.linger_ms == 0:
             builder.close()  # ready to send at once (aiokafka lingers over open batches)
@@ -254,9 +266,7 @@ class KafkaPublisher:
         # timeouts; a batch appended while its producer was being stopped (recreated)
         # is never sent nor failed, and its shard would wait for it forever.
         limit_s = 3 * self._settings.request_timeout_ms / 1000
-        shared = _ack(fut, limit_s, lambda: self._limits.forget(topic))
-        for i in members:
-            results[i] = shared
+        acks.append((_ack(fut, limit_s, lambda: self._limits.forget(topic)), members))
         return None
 
 
@@ -287,7 +297,7 @@ def _ack(
         if ack.done():
             return
         if done.cancelled():
-            ack.set_exception(PublishFailed("send cancelled", retriable=True, fatal=True))
+            ack.set_exception(PublishFailed(FailureReason.PRODUCER_BROKEN, "send cancelled"))
             return
         exc = done.exception()
         if exc is None:
@@ -300,9 +310,7 @@ def _ack(
     def expire() -> None:
         if not ack.done():
             ack.set_exception(
-                PublishFailed(
-                    f"no ack from Kafka within {limit_s:.0f}s", retriable=True, fatal=True
-                )
+                PublishFailed(FailureReason.NO_ACK, f"no ack from Kafka within {limit_s:.0f}s")
             )
 
     timer = loop.call_later(limit_s, expire)

@@ -1,8 +1,8 @@
 """The relay's view of the database: the Store protocol and the rows it hands out.
 
-One implementation (sql_store.SqlStore) serves Postgres and SQLite, and passes
+One implementation (relay.store.sql.SqlStore) serves Postgres and SQLite, and passes
 tests/integration/test_store_conformance.py on both. Errors leave a store only as
-RelayError subclasses (StoreUnavailable, LeaseLost); the SQL is in outbox_core/sql.
+RelayError subclasses (StoreUnavailable); the SQL is in outbox_core/sql.
 """
 
 from __future__ import annotations

@@ -14,22 +14,23 @@ class RelayMetrics:
         r = self.registry
         self.published = Counter(
             "outbox_relay_events_published",
-            "Events acked by Kafka and settled.",
+            "Events acked by the transport (Kafka or Redis) and settled.",
             ["topic"],
             registry=r,
         )
         self.failures = Counter(
             "outbox_relay_publish_failures",
-            "Failed sends recorded on rows, by error class.",
+            "Failed sends recorded on rows, by reason (RecordTooLarge, UnknownTopic, Timeout, ...).",
             ["reason"],
             registry=r,
         )
         self.parked = Counter(
             "outbox_relay_events_parked", "Rows parked by this relay.", registry=r
         )
-        self.kafka_outages = Counter(
-            "outbox_relay_kafka_unavailable",
-            "Batches where every send failed with a transport error (not counted on rows).",
+        self.transport_outages = Counter(
+            "outbox_relay_transport_unavailable",
+            "Batches where every send failed with a transport error, Kafka or Redis away "
+            "(not counted on rows).",
             registry=r,
         )
         self.held_back = Counter(
@@ -47,7 +48,7 @@ class RelayMetrics:
         self.latency = Histogram(
             "outbox_relay_commit_to_ack_seconds",
             "Per batch, from the creation (its transaction) of the oldest row published to "
-            "Kafka's ack.",
+            "the transport's ack.",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
@@ -62,7 +63,7 @@ class RelayMetrics:
         )
         self.recreations = Counter(
             "outbox_relay_producer_recreations",
-            "Kafka producers replaced after a fatal error.",
+            "Producers (Kafka producer, Redis client) replaced after a fatal error.",
             registry=r,
         )
         self.pending = Gauge(

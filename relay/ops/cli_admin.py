@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from relay import admin
+from relay.ops import admin
 
 EXIT_MISSING = 3
 EXIT_DECLINED = 4

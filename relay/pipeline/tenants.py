@@ -1,4 +1,4 @@
-"""Fair turns between tenants (issue 16): the settings, and the claim they ask for.
+"""Fair turns between tenants: the settings, and the claim they ask for.
 
 Without them a shard's rows go out in id order, so a tenant that commits a million events
 at once puts every other tenant's events behind them for minutes. With fair_tenants on,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from relay.batch import BatchOutcome
-from relay.metrics import RelayMetrics
+from relay.ops.metrics import RelayMetrics
+from relay.pipeline.step import BatchOutcome
 from relay.store import Backlog, TenantBacklog
 
 # Labels of the per-tenant gauges besides the tenants' names. A tenant of the same name
@@ -26,15 +26,16 @@ class RelayStats:
     lease_losses: int = 0
     takeovers: int = 0
     producer_recreations: int = 0
-    kafka_outages: int = 0
+    transport_outages: int = 0
     store_errors: int = 0
     last_heartbeat_ok: float = 0.0  # monotonic time of the last successful lease round
-    kafka_ok: bool = False  # the producer started and the last batch reached Kafka
+    transport: str = "kafka"  # the configured transport: kafka or redis
+    transport_ok: bool = False  # the producer started and the last batch reached the transport
 
 
 class RelayObserver:
-    def __init__(self) -> None:
-        self.stats = RelayStats()
+    def __init__(self, transport: str = "kafka") -> None:
+        self.stats = RelayStats(transport=transport)
         self.metrics = RelayMetrics()
         self._tenant_labels: set[str] = set()
 
@@ -50,23 +51,23 @@ class RelayObserver:
         if outcome.claimed:
             m.batch_size.observe(outcome.claimed)
         if outcome.published:
-            st.kafka_ok = True
+            st.transport_ok = True
         for topic, count in outcome.published_by_topic.items():
             m.published.labels(topic=topic).inc(count)
         for reason, count in outcome.failures_by_reason.items():
-            m.failures.labels(reason=reason).inc(count)
+            m.failures.labels(reason=reason.label).inc(count)
         if outcome.parked:
             m.parked.inc(outcome.parked)
         if outcome.latency_s is not None:
             m.latency.observe(outcome.latency_s)  # once per batch, not per event
 
-    def kafka_started(self) -> None:
-        self.stats.kafka_ok = True
+    def transport_started(self) -> None:
+        self.stats.transport_ok = True
 
-    def kafka_outage(self) -> None:
-        self.stats.kafka_outages += 1
-        self.stats.kafka_ok = False
-        self.metrics.kafka_outages.inc()
+    def transport_outage(self) -> None:
+        self.stats.transport_outages += 1
+        self.stats.transport_ok = False
+        self.metrics.transport_outages.inc()
 
     def store_error(self) -> None:
         self.stats.store_errors += 1

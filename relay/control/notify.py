@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 from pydantic import Field
 
+from outbox_core.backoff import Backoff
 from outbox_core.queries import query
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
@@ -44,7 +45,7 @@ async def listen(
     wake: Callable[[int | None], None],
 ) -> None:
     stopping = supervisor.stopping
-    delay = 0.5
+    backoff = Backoff(base_s=0.5, max_s=30.0)
     while not stopping.is_set():
         try:
             conn = await psycopg.AsyncConnection.connect(
@@ -59,7 +60,7 @@ async def listen(
                     listen_sql.format(channel=sql.Identifier(settings.notify_channel))
                 )
                 log.info("listening for notify hints", extra={"channel": settings.notify_channel})
-                delay = 0.5
+                backoff.reset()
                 wake(None)  # anything committed while we were not listening
                 async for note in conn.notifies():
                     wake(int(note.payload) if note.payload.isdigit() else None)
@@ -70,5 +71,4 @@ async def listen(
                 "notify listener lost its connection; reconnecting",
                 extra={"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__},
             )
-            await supervisor.sleep(delay)
-            delay = min(delay * 2, 30.0)
+            await supervisor.sleep(backoff.next_s())

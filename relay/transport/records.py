@@ -1,5 +1,6 @@
-"""From claimed rows to the records Kafka gets: the row's own bytes, its key, and headers
-(event_id, event_type and the row's headers). The payload is never decoded.
+"""The outgoing record, whatever the transport, and how claimed rows become records: the
+row's own bytes, its key, and headers (event_id, event_type and the row's headers). The
+payload is never decoded.
 
 This runs once per event, so it is one loop with no call per row beyond the encodes: the
 event type and header set (a producer uses few) are encoded once and cached with their
@@ -11,9 +12,24 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
-from relay.publisher import OutgoingRecord
 from relay.store import ClaimedRow
+
+
+class OutgoingRecord(NamedTuple):
+    topic: str
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+    @property
+    def size(self) -> int:
+        size = len(self.key) + len(self.value)
+        for name, value in self.headers:
+            size += len(name) + len(value)
+        return size
+
 
 Headers = tuple[tuple[str, bytes], ...]
 

@@ -1,0 +1,318 @@
+"""The relay's step: one lane's claim, send and settle over every shard it holds. The
+loop (loop.py) runs it, and so do the tests; no loop, no sleep here.
+
+A step claims up to batch_size rows per shard in one statement, turns them into records,
+lets KeyOrder (ordering.py) decide which may go out, publishes those, and starts their
+settle: one statement, fenced per shard (nothing is written for a shard whose lease no
+longer carries its token). The settle runs while the next step claims and sends; that
+step waits for it before starting its own, so at most one settle is in flight.
+
+What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
+or (a broken producer; the transport away as a whole) not charged at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from outbox_core.backoff import delay_s
+from outbox_core.settings import SettingsGroup
+from outbox_core.supervisor import pieces
+from relay.errors import StoreUnavailable
+from relay.pipeline.ordering import KeyOrder, Plan
+from relay.store import ClaimedRow, ClaimRequest, Failure, SettleRequest, Store, TenantTurns
+from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
+from relay.transport.protocol import Publisher
+from relay.transport.records import OutgoingRecord, to_records
+
+log = logging.getLogger("relay.cycle")
+
+MAX_ERROR_CHARS = 2000
+
+
+class BatchSettings(SettingsGroup):
+    """How rows are claimed and what a failure costs them."""
+
+    batch_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Rows claimed per shard per cycle (one cycle claims for every held shard).",
+    )
+    max_attempts: int = Field(
+        default=12, ge=1, description="Failed sends of one row before it is parked."
+    )
+    backoff_base_s: float = Field(
+        default=0.5, gt=0, description="Backoff after a row's first failure; doubles per attempt."
+    )
+    backoff_max_s: float = Field(default=300.0, gt=0, description="Longest backoff of one row.")
+    failure_policy: Literal["block_key", "skip"] = Field(
+        default="block_key",
+        description="block_key: a failing or parked row holds back later rows of its key; "
+        "skip: later rows go ahead.",
+    )
+
+
+class TopicSettings(SettingsGroup):
+    """Where a row's topic goes on Kafka."""
+
+    env_infix: ClassVar[str] = "topic_"
+
+    prefix: str = Field(default="", description="Prepended to every row's topic.")
+    map: dict[str, str] = Field(
+        default_factory=dict,
+        description='JSON object mapping a row topic to a Kafka topic, e.g. {"orders":"prod.orders"}.',
+    )
+
+    def kafka_topic(self, row_topic: str) -> str:
+        return self.prefix + self.map.get(row_topic, row_topic)
+
+
+@dataclass(frozen=True)
+class BatchRules:
+    """What one step needs, drawn from the settings (RelaySettings.batch_rules())."""
+
+    owner: str  # this replica: the settle is fenced on (shard, owner, token)
+    batch: BatchSettings
+    topics: TopicSettings
+    max_request_size: int  # the producer's: a larger record is refused before sending
+    keep: bool  # retention=keep: mark published rows instead of deleting them
+    turns: TenantTurns | None = None  # fair_tenants: claims take turns between tenants
+    bulk_rows: int | None = None  # with turns: a tenant's backlog drains in a lane of its own
+
+    @property
+    def lanes(self) -> int:
+        """The pipeline's lanes (loop.py): quick and bulk with turns and bulk_rows, else one."""
+        return 2 if self.turns is not None and self.bulk_rows is not None else 1
+
+    @property
+    def shard_full_at(self) -> int:
+        """Rows of one shard's batch that say more are probably waiting: batch_size, or a
+        tenant's cap when that is lower (a capped tenant's next rows wait for the next
+        cycle, which then starts at once)."""
+        size = self.batch.batch_size
+        if self.turns is None or self.turns.max_rows is None:
+            return size
+        return min(size, self.turns.max_rows)
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    claimed: int
+    published: int = 0
+    retried: int = 0
+    parked: int = 0
+    held_back: int = 0  # rows not sent because an earlier row of their key failed
+    fatal_producer_error: bool = False
+    full: bool = False  # a shard gave as many rows as asked for: more are probably waiting
+    lost: frozenset[int] = frozenset()  # shards whose lease was gone at the settle
+    latency_s: float | None = None  # commit to ack of the oldest row published
+    published_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
+    failures_by_reason: dict[FailureReason, int] = field(default_factory=dict, repr=False)
+
+
+_ID = attrgetter("id")  # per published row: map() with it runs in C
+
+
+def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
+    """Exponential with jitter, from the attempts persisted on the row."""
+    return delay_s(
+        attempts_before, base_s=settings.backoff_base_s, max_s=settings.backoff_max_s, jitter=True
+    )
+
+
+def _failure(row: ClaimedRow, error: PublishFailed, settings: BatchSettings) -> Failure:
+    park = (not error.retriable) or row.attempts + 1 >= settings.max_attempts
+    return Failure(row.id, str(error)[:MAX_ERROR_CHARS], backoff_s(row.attempts, settings), park)
+
+
+@dataclass
+class Sent:
+    """A batch claimed and sent, its acks in, its settle to come (Step.send's result)."""
+
+    number: int  # the step's sends are numbered as they begin
+    tokens: dict[int, int]  # the leases of the shards its rows came from
+    rows: list[ClaimedRow]
+    published: list[ClaimedRow]
+    errors: dict[int, PublishFailed]  # by row id
+    failures: list[Failure]  # the errors charged to their rows
+    failed: list[ClaimedRow]  # their rows
+    held_back: int
+    fatal: bool
+    full: bool
+
+
+OnSettled = Callable[[Sent, BatchOutcome | None], Awaitable[None]]
+
+
+async def _nothing(sent: Sent, outcome: BatchOutcome | None) -> None:
+    return None
+
+
+class Step:
+    """One lane's claim -> send -> settle, with at most one settle in flight.
+
+    `send` is what the loop runs: claim and send while the previous batch settles, then
+    wait for that settle and start this batch's. `run` is send and then that settle:
+    one whole step, settled before it returns. on_settled hears of every settle's end
+    (None: the settle failed, and its rows go out again).
+    """
+
+    def __init__(
+        self,
+        rules: BatchRules,
+        *,
+        store: Store,
+        publisher: Publisher,
+        on_settled: OnSettled = _nothing,
+    ) -> None:
+        self.rules = rules
+        self._store = store
+        self._publisher = publisher
+        self._on_settled = on_settled
+        self.order = KeyOrder(rules.batch.failure_policy)
+        self.begun = 0  # sends begun; Sent.number
+        self._settling: tuple[Sent, asyncio.Task[BatchOutcome]] | None = None
+
+    @property
+    def settling(self) -> bool:
+        """A settle is in flight."""
+        return self._settling is not None
+
+    async def run(self, tokens: Mapping[int, int]) -> BatchOutcome:
+        """One whole step: send, then wait for its settle."""
+        sent = await self.send(tokens)
+        if sent is None or self._settling is None:
+            return BatchOutcome(0)
+        task = self._settling[1]
+        try:
+            return await asyncio.shield(task)  # a failed settle raises here, to the caller
+        finally:
+            await self.settled()
+
+    async def send(self, tokens: Mapping[int, int], rules: BatchRules | None = None) -> Sent | None:
+        """Claim for these shards (rules: this claim's, e.g. a lane's tenants), send, wait
+        for the acks; meanwhile the previous batch settles. Then start this batch's
+        settle. None when nothing was due."""
+        self.begun += 1
+        try:
+            sent = await self._send(self.begun, tokens, rules or self.rules)
+        finally:
+            await self.settled()
+        if sent is not None:
+            self.order.settling(sent.published, sent.failed)
+            task = asyncio.create_task(self._settle(sent))
+            self._settling = (sent, task)
+        return sent
+
+    async def settled(self) -> BatchOutcome | None:
+        """Wait for the settle in flight, if any; None when there was none or it failed."""
+        if self._settling is None:
+            return None
+        sent, task = self._settling
+        outcome: BatchOutcome | None = None
+        try:
+            outcome = await asyncio.shield(task)
+        except StoreUnavailable as exc:
+            # Published but not marked: the rows stay pending and go out again (a
+            # duplicate, never a loss); the next claim finds the database's state.
+            log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
+        finally:
+            if task.done():  # not when only this wait was cancelled: the settle goes on
+                self._settling = None
+                self.order.settled()
+                await self._on_settled(sent, outcome)
+        return outcome
+
+    def abandon(self) -> None:
+        """Shutdown past its grace period: stop waiting for the settle in flight."""
+        if self._settling is not None:
+            self._settling[1].cancel()
+
+    async def _send(self, number: int, tokens: Mapping[int, int], rules: BatchRules) -> Sent | None:
+        settings = rules.batch
+        rows = await self._store.claim(
+            ClaimRequest(
+                list(tokens),
+                settings.batch_size,
+                settings.failure_policy,
+                self.order.in_flight,
+                rules.turns,
+            )
+        )
+        if not rows:
+            return None
+        limit = rules.max_request_size
+        topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
+        records: list[OutgoingRecord] = []
+        oversized: dict[int, int] = {}
+        async for start, piece in pieces(rows):  # a large claim gives the other lane turns
+            built, too_large = to_records(piece, topic_of, limit)
+            records += built
+            oversized.update((start + i, size) for i, size in too_large.items())
+        plan: Plan = self.order.plan(rows, records, oversized, limit)
+        outcomes = await self._publisher.publish(plan.records) if plan.records else []
+        verdict = self.order.judge(plan, outcomes)
+        errors, published = verdict.errors, verdict.published
+        # A broken producer is not the rows' fault: they stay pending, uncharged. When
+        # nothing got through and every failure is the transport's, the transport as a
+        # whole is away: nothing is charged and the loop backs off. A topic-level error
+        # (unknown topic) is charged to its rows even then, so a missing topic cannot hold
+        # the whole shard back.
+        if errors and not published and all(e.transport for e in errors.values()):
+            raise TransportUnavailable(next(iter(errors.values())))
+        by_id = {row.id: row for row in rows} if errors else {}
+        failed = [by_id[i] for i, e in errors.items() if not e.fatal]
+        per_shard = Counter(map(attrgetter("shard"), rows))
+        return Sent(
+            number=number,
+            tokens={s: t for s, t in tokens.items() if s in per_shard},
+            rows=rows,
+            published=published,
+            errors=errors,
+            failures=[_failure(row, errors[row.id], settings) for row in failed],
+            failed=failed,
+            held_back=verdict.held_back,
+            fatal=verdict.fatal,
+            full=max(per_shard.values()) >= rules.shard_full_at,
+        )
+
+    async def _settle(self, sent: Sent) -> BatchOutcome:
+        """Mark the published rows and record the failures, fenced per shard."""
+        rules = self.rules
+        published, failures = sent.published, sent.failures
+        settled = await self._store.settle(
+            SettleRequest(rules.owner, sent.tokens, list(map(_ID, published)), failures, rules.keep)
+        )
+        if settled.lost:
+            # Those rows stay pending for the shard's new owner (published again: at least
+            # once).
+            lost = settled.lost
+            shard_of = {row.id: row.shard for row in sent.rows}
+            published = [row for row in published if row.shard not in lost]
+            failures = [f for f in failures if shard_of[f.id] not in lost]
+        parked = sum(1 for f in failures if f.park)
+        return BatchOutcome(
+            claimed=len(sent.rows),
+            published=len(published),
+            retried=len(failures) - parked,
+            parked=parked,
+            held_back=sent.held_back,
+            fatal_producer_error=sent.fatal,
+            full=sent.full,
+            lost=settled.lost,
+            latency_s=(
+                time.time() - min(map(attrgetter("created_at"), published)) if published else None
+            ),
+            published_by_topic=dict(Counter(map(attrgetter("topic"), published))),
+            failures_by_reason=dict(Counter(e.reason for e in sent.errors.values())),
+        )

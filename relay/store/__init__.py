@@ -1,0 +1,33 @@
+"""Where the relay's state lives: the Store protocol and its types (protocol.py), the one
+SQL implementation (sql.py) and the file lock of an SQLite database (file_lock.py). The
+protocol's names are this package's public entry points."""
+
+from relay.store.protocol import (
+    AppliedMigration,
+    Backlog,
+    ClaimedRow,
+    ClaimRequest,
+    Failure,
+    Lease,
+    Policy,
+    Settled,
+    SettleRequest,
+    Store,
+    TenantBacklog,
+    TenantTurns,
+)
+
+__all__ = [
+    "AppliedMigration",
+    "Backlog",
+    "ClaimRequest",
+    "ClaimedRow",
+    "Failure",
+    "Lease",
+    "Policy",
+    "SettleRequest",
+    "Settled",
+    "Store",
+    "TenantBacklog",
+    "TenantTurns",
+]

@@ -1,0 +1,74 @@
+"""The aiokafka internals the relay relies on (relay/transport/aiokafka_adapter.py), checked
+against the installed aiokafka, which is the version constraints.txt pins: an upgrade that
+moves or changes them fails here, before a relay builds a wrong record batch. The whole
+publisher runs against real Kafka in tests/integration/test_publisher_conformance.py."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.record.default_records import DefaultRecordBatch
+
+from relay.transport.aiokafka_adapter import BatchBuilder, record_batch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pinned(package: str) -> str:
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        name, _, pin = line.partition("==")
+        if name.strip().lower() == package:
+            return pin.split(";")[0].strip()
+    raise AssertionError(f"{package} is not pinned in constraints.txt")
+
+
+def test_the_installed_aiokafka_is_the_pinned_one() -> None:
+    # What the tests below verify is this version; CI installs it from constraints.txt.
+    assert version("aiokafka") == pinned("aiokafka")
+
+
+@pytest.mark.parametrize(
+    ("compression", "codec"),
+    [(None, DefaultRecordBatch.CODEC_NONE), ("gzip", DefaultRecordBatch.CODEC_GZIP)],
+)
+async def test_a_record_batch_has_the_size_asked_for_and_the_producers_compression(
+    compression: str | None, codec: int
+) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers="127.0.0.1:1", compression_type=compression, enable_idempotence=True
+    )  # never started: the adapter reads only its configuration
+    try:
+        batch = record_batch(producer, 2048)
+        assert isinstance(batch, BatchBuilder)
+        appended = 0
+        while batch.append(timestamp=None, key=b"k", value=b"v" * 100, headers=[("h", b"1")]):
+            appended += 1
+        assert 5 < appended < 30  # full near 2 KiB (compression counts the raw size)
+        assert batch.append(timestamp=None, key=b"k", value=b"v", headers=[]) is None  # closed
+        built = DefaultRecordBatch(bytes(batch._build()))
+        assert built.compression_type == codec
+        records = list(built)
+        assert len(records) == appended
+        assert (records[0].key, records[0].value, records[0].headers) == (
+            b"k",
+            b"v" * 100,
+            [("h", b"1")],
+        )
+    finally:
+        await producer.stop()
+
+
+def test_the_public_calls_the_publisher_makes_are_still_there() -> None:
+    for name in ("partitions_for", "send_batch", "start", "stop"):
+        assert inspect.iscoroutinefunction(getattr(AIOKafkaProducer, name)), name
+    assert list(inspect.signature(AIOKafkaProducer.send_batch).parameters) == [
+        "self",
+        "batch",
+        "topic",
+        "partition",
+    ]
+    assert {"append", "close"} <= set(vars(BatchBuilder))
