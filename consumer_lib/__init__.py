@@ -10,12 +10,19 @@
     async def on_order(event: ConsumedEvent, session: AsyncSession) -> None:
         session.add(Invoice(order_id=event.payload["order_id"]))
 
-Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`.
+Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`;
+inside a web application's lifespan, `async with consumer_in_background(app):`.
 """
 
 from consumer_lib.app import ConsumerApp
-from consumer_lib.consumer import Consumer, run_consumer
-from consumer_lib.database import Database, PsycopgAsync, SqlAlchemyAsync, SqlAlchemySync
+from consumer_lib.consumer import Consumer, consumer_in_background, run_consumer
+from consumer_lib.database import (
+    Database,
+    DjangoSync,
+    PsycopgAsync,
+    SqlAlchemyAsync,
+    SqlAlchemySync,
+)
 from consumer_lib.errors import (
     ConsumerConfigError,
     ConsumerError,
@@ -37,6 +44,7 @@ __all__ = [
     "ConsumerSettings",
     "ConsumerStats",
     "Database",
+    "DjangoSync",
     "HandlerKindError",
     "KafkaSecurity",
     "PoisonRecord",
@@ -44,5 +52,6 @@ __all__ = [
     "SqlAlchemyAsync",
     "SqlAlchemySync",
     "TransientError",
+    "consumer_in_background",
     "run_consumer",
 ]

@@ -1,20 +1,24 @@
 """The registry of named SQL blocks, loaded from outbox_core/sql/<dialect>/*.sql.
 
 Each file holds the queries of one table; a block starts with `-- name: <noun_verb>`.
-No SQL lives in Python code.
+No SQL lives in Python code. Postgres blocks use pyformat placeholders (`%(name)s`, `%%` for
+a percent sign), which psycopg and psycopg2 take as they are; asyncpg takes `$1, $2, ...`
+and a tuple, which `numbered` derives from the same block.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from importlib import resources
 
 from outbox_core.database_url import DIALECTS, Dialect
 
-__all__ = ["DIALECTS", "Dialect", "parse_blocks", "queries", "query"]
+__all__ = ["DIALECTS", "Dialect", "NumberedQuery", "numbered", "parse_blocks", "queries", "query"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_PYFORMAT = re.compile(r"%\((\w+)\)s|%%|%")
 
 
 def parse_blocks(text: str, source: str = "<sql>") -> dict[str, str]:
@@ -51,3 +55,34 @@ def query(dialect: Dialect, name: str) -> str:
         return queries(dialect)[name]
     except KeyError:
         raise KeyError(f"no query {name!r} for {dialect}") from None
+
+
+@dataclass(frozen=True)
+class NumberedQuery:
+    """A block with `$n` placeholders; names[i] is the parameter that binds to $(i+1)."""
+
+    sql: str
+    names: tuple[str, ...]
+
+
+def to_numbered(sql: str) -> NumberedQuery:
+    """`%(name)s` -> `$n` (one number per distinct name, in order of first use), `%%` -> `%`."""
+    names: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            if match.group(0) == "%":
+                raise ValueError(f"a lone % in a pyformat statement: {sql[:60]!r}")
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return NumberedQuery(_PYFORMAT.sub(replace, sql), tuple(names))
+
+
+@functools.cache
+def numbered(dialect: Dialect, name: str) -> NumberedQuery:
+    """query(dialect, name) with numbered placeholders, for drivers that take no names."""
+    return to_numbered(query(dialect, name))

@@ -10,13 +10,16 @@ import pytest
 
 from producer_lib import Outbox
 from tests.support.db import Backend, postgres_backend
+from tests.support.transactions import connect_psycopg2
 
 pytestmark = pytest.mark.integration
 
 WRITERS = 24
 
 
-def _race(backend: Backend, outbox: Outbox, writers: int, seed: int) -> list[str]:
+def _race(
+    backend: Backend, outbox: Outbox, writers: int, seed: int, kind: str = "driver"
+) -> list[str]:
     """Writers emit for one key, sleep a random while holding the transaction, commit.
 
     Returns the keys' labels in the order their commits returned (SQLite) — Postgres
@@ -31,7 +34,7 @@ def _race(backend: Backend, outbox: Outbox, writers: int, seed: int) -> list[str
 
     def write(i: int) -> None:
         try:
-            conn = backend.connect()
+            conn = backend.connect() if kind == "driver" else connect_psycopg2(backend)
             try:
                 start.wait()
                 outbox.emit(conn, topic="orders", key="hot-key", event_type="E", payload={"w": i})
@@ -58,11 +61,12 @@ def _id_order_matches_commit_order(backend: Backend) -> bool:
     return by_commit == sorted(by_commit)
 
 
-def test_postgres_ids_follow_commit_order_with_per_key_lock(pg_url: str) -> None:
+@pytest.mark.parametrize("kind", ["driver", "psycopg2"])
+def test_postgres_ids_follow_commit_order_with_per_key_lock(pg_url: str, kind: str) -> None:
     backend = postgres_backend(pg_url)
     backend.migrate()
     for seed in range(3):
-        _race(backend, Outbox(), WRITERS, seed)
+        _race(backend, Outbox(), WRITERS, seed, kind)
     assert backend.scalar("outbox_count") == 3 * WRITERS
     assert _id_order_matches_commit_order(backend)
 
