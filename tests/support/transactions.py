@@ -31,6 +31,7 @@ ASYNC_KINDS = [
     "sa_async_session",
     "sa_async_connection",
     "asyncpg",
+    "asyncpg_pool",
     "sa_asyncpg_session",
     "sa_asyncpg_connection",
 ]
@@ -39,7 +40,7 @@ _SA_DRIVERS = {"psycopg2": "postgresql+psycopg2://", "asyncpg": "postgresql+asyn
 
 
 def postgres_only(kind: str) -> bool:
-    return kind in ("psycopg_async", "psycopg2", "asyncpg") or any(
+    return kind in ("psycopg_async", "psycopg2", "asyncpg", "asyncpg_pool") or any(
         f"_{driver}_" in kind for driver in _SA_DRIVERS
     )
 
@@ -121,6 +122,16 @@ async def async_tx(backend: Backend, kind: str) -> AsyncIterator[Any]:
                 yield raw
         finally:
             await raw.close()
+        return
+    if kind == "asyncpg_pool":  # a pool's connections are proxies, not asyncpg.Connection
+        import asyncpg
+
+        pool = await asyncpg.create_pool(backend.target, min_size=1, max_size=1)
+        try:
+            async with pool.acquire() as pooled, pooled.transaction():
+                yield pooled
+        finally:
+            await pool.close()
         return
     engine = create_async_engine(sqlalchemy_url(backend, kind, asynchronous=True))
     try:
