@@ -9,3 +9,7 @@ FROM outbox_events WHERE topic = %(topic)s;
 
 -- name: processed_events_of_group
 SELECT event_id::text FROM processed_events WHERE consumer_group = %(consumer_group)s;
+
+-- name: backend_terminate_self
+-- The connection's own server process ends: what a database restart does to it.
+SELECT pg_terminate_backend(pg_backend_pid());

@@ -166,12 +166,18 @@ async def test_the_consumer_books_one_shipment_per_order_through_the_orm() -> No
     # The first attempt for one order fails after the ORM wrote its shipment: the
     # transaction rolls the shipment back with the event's processed_events row, and the
     # retry books it once.
+    # Another's first attempt loses its connection mid-transaction (the server ends it):
+    # a transient error, retried on a fresh connection without counting an attempt.
     unlucky, failures = orders[7].pk, list[int]()
+    cut, cuts = orders[12].pk, list[int]()
 
     def fail_once(sender: type[Shipment], instance: Shipment, **kwargs: Any) -> None:
         if instance.order_id == unlucky and not failures:
             failures.append(instance.pk)
             raise RuntimeError("the carrier's API timed out")
+        if instance.order_id == cut and not cuts:
+            cuts.append(instance.pk)
+            rows("backend_terminate_self")
 
     post_save.connect(fail_once, sender=Shipment)
     try:
@@ -201,6 +207,8 @@ async def test_the_consumer_books_one_shipment_per_order_through_the_orm() -> No
         post_save.disconnect(fail_once, sender=Shipment)
 
     assert failures, "the failing attempt never ran"
+    assert cuts, "the cut attempt never ran"
+    assert consumer.stats.transient_retries >= 1
     per_order = await asyncio.to_thread(
         lambda: {o: Shipment.objects.filter(order_id=o).count() for o in placed}
     )
