@@ -100,16 +100,13 @@ def _require_sqlalchemy_transaction(sync_conn: Any) -> None:
 
 
 def _django_wrapper(target: object) -> Any:
-    """Django's connection for target, or None: `django.db.connection` is a proxy to the
-    default alias's connection of the calling thread."""
-    base = _module("django.db.backends.base.base")
-    if base is None:
-        return None
-    if isinstance(target, base.BaseDatabaseWrapper):
+    """Django's connection for target, or None. `django.db.connection` is a proxy that
+    forwards every attribute to the calling thread's connection of the default alias, so
+    it serves as the connection itself."""
+    if _instance(target, "django.db.backends.base.base", "BaseDatabaseWrapper") or _instance(
+        target, "django.utils.connection", "ConnectionProxy"
+    ):
         return target
-    utils = _module("django.utils.connection")
-    if utils is not None and isinstance(target, utils.ConnectionProxy):
-        return target._connections[target._alias]
     return None
 
 
