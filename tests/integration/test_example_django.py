@@ -45,5 +45,5 @@ async def test_django_example_on_each_backend_driver(
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
-    assert "9 passed" in output, output[-3000:]
+    assert "11 passed" in output, output[-3000:]
     assert "skipped" not in output, output[-3000:]

@@ -13,3 +13,7 @@ SELECT event_id::text FROM processed_events WHERE consumer_group = %(consumer_gr
 -- name: backend_terminate_self
 -- The connection's own server process ends: what a database restart does to it.
 SELECT pg_terminate_backend(pg_backend_pid());
+
+-- name: outbox_delivery_of_key
+SELECT tenant, available_at - created_at FROM outbox_events
+WHERE topic = %(topic)s AND key = %(key)s ORDER BY id;

@@ -5,6 +5,7 @@ that records each event."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import signal
@@ -266,3 +267,48 @@ async def test_the_management_command_ships_and_stops_on_sigterm(tmp_path: Path)
             proc.kill()
     assert code == 0, log.read_text()[-3000:]
     assert "shipping consumer stopped" in log.read_text()
+
+
+def test_deliver_after_and_tenant_on_djangos_connection() -> None:
+    with transaction.atomic():
+        order = Order.objects.create(customer="heidi", total_cents=70)
+        outbox.emit(
+            connection,
+            topic=settings.ORDERS_TOPIC,
+            key=str(order.pk),
+            event_type="OrderReminder",
+            payload={"order_id": order.pk},
+            deliver_after=dt.timedelta(minutes=5),
+            tenant="acme",
+        )
+        outbox.emit_batch(
+            connection,
+            [Event(settings.ORDERS_TOPIC, str(order.pk), "OrderNoted", {}, tenant="globex")],
+        )
+    [(tenant, delay), (batch_tenant, batch_delay)] = rows(
+        "outbox_delivery_of_key", topic=settings.ORDERS_TOPIC, key=str(order.pk)
+    )
+    assert (tenant, batch_tenant) == ("acme", "globex")
+    assert dt.timedelta(minutes=5) <= delay < dt.timedelta(minutes=5, seconds=5)
+    assert batch_delay < dt.timedelta(seconds=5)
+
+
+async def test_django_sync_dedups_and_purges_only_old_rows() -> None:
+    database = DjangoSync()
+    group = f"purge-{uuid.uuid4().hex[:8]}"
+
+    def still(event: object, connection: object) -> None:
+        return None
+
+    try:
+        ids = [str(uuid.uuid4()) for _ in range(3)]
+        for event_id in ids:
+            assert await database.apply(group, event_id, still, None)
+        assert not await database.apply(group, ids[0], still, None)  # a duplicate
+        assert await database.purge(3600.0, 1000) == 0  # nothing an hour old
+        await asyncio.sleep(1.5)
+        assert await database.purge(1.0, 1000) >= 3
+        recorded = await asyncio.to_thread(rows, "processed_events_of_group", consumer_group=group)
+        assert recorded == []
+    finally:
+        await database.close()
