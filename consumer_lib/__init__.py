@@ -10,7 +10,8 @@
     async def on_order(event: ConsumedEvent, session: AsyncSession) -> None:
         session.add(Invoice(order_id=event.payload["order_id"]))
 
-Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`.
+Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`;
+inside a web application's lifespan, `async with consumer_in_background(app):`.
 Installed with the `consumer` extra (`pip install 'outbox-relay[consumer]'`).
 """
 
@@ -21,8 +22,14 @@ require("consumer", "consumer")
 # The extra is checked before anything that needs it is imported.
 
 from consumer_lib.app import ConsumerApp
-from consumer_lib.consumer import Consumer, run_consumer
-from consumer_lib.database import Database, PsycopgAsync, SqlAlchemyAsync, SqlAlchemySync
+from consumer_lib.consumer import Consumer, consumer_in_background, run_consumer
+from consumer_lib.database import (
+    Database,
+    DjangoSync,
+    PsycopgAsync,
+    SqlAlchemyAsync,
+    SqlAlchemySync,
+)
 from consumer_lib.errors import (
     ConsumerConfigError,
     ConsumerError,
@@ -44,6 +51,7 @@ __all__ = [
     "ConsumerSettings",
     "ConsumerStats",
     "Database",
+    "DjangoSync",
     "HandlerKindError",
     "KafkaSecurity",
     "PoisonRecord",
@@ -51,5 +59,6 @@ __all__ = [
     "SqlAlchemyAsync",
     "SqlAlchemySync",
     "TransientError",
+    "consumer_in_background",
     "run_consumer",
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -240,7 +240,10 @@ def _lag_failed(exc: Exception) -> None:
 
 
 async def run_consumer(app: ConsumerApp, *, install_signals: bool = True) -> Consumer:
-    """Run until SIGTERM/SIGINT (or consumer.stop()); returns the stopped consumer."""
+    """Run until SIGTERM/SIGINT (or consumer.stop()); returns the stopped consumer.
+
+    install_signals=False leaves the signals to whoever owns the process (a web server);
+    inside an application's lifespan, `consumer_in_background` is the shorter path."""
     import signal
 
     consumer = Consumer(app)
@@ -252,6 +255,33 @@ async def run_consumer(app: ConsumerApp, *, install_signals: bool = True) -> Con
     return consumer
 
 
+@contextlib.asynccontextmanager
+async def consumer_in_background(
+    app: ConsumerApp, *, stop_timeout_s: float | None = None
+) -> AsyncIterator[Consumer]:
+    """Runs the consumer as a task of the running loop for the length of the block, with
+    no signal handlers of its own: for an application's lifespan, where the server owns
+    SIGTERM and SIGINT. Leaving the block stops it as SIGTERM would (in-flight records get
+    shutdown_grace_s) and waits for it; a consumer that stopped by itself with an error
+    raises that error there.
+
+        @contextlib.asynccontextmanager
+        async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+            async with consumer_in_background(consumers):
+                yield
+    """
+    consumer = Consumer(app)
+    task = asyncio.create_task(consumer.run(), name=f"outbox-consumer {app.settings.group_id}")
+    try:
+        yield consumer
+    finally:
+        consumer.stop()
+        timeout = (
+            stop_timeout_s if stop_timeout_s is not None else app.settings.shutdown_grace_s + 30
+        )
+        await asyncio.wait_for(task, timeout)
+
+
 __all__ = [
     "ConsumedEvent",
     "Consumer",
@@ -259,5 +289,6 @@ __all__ = [
     "ConsumerSettings",
     "ConsumerStats",
     "MissingIdPolicy",
+    "consumer_in_background",
     "run_consumer",
 ]

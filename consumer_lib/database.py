@@ -1,15 +1,20 @@
 """The database side of a consumer: a transaction per Work (one record, or a batch of a
 partition's records), with the dedup insert in it.
 
-One Protocol (Database) and three implementations, chosen by what the handler wants:
-an AsyncSession (SqlAlchemyAsync), a sync Session run in a worker thread
-(SqlAlchemySync), or a psycopg AsyncConnection from a pool (PsycopgAsync). Each opens one
-session or connection per Work, never one per event.
+One Protocol (Database) and four implementations, chosen by what the handler wants:
+an AsyncSession (SqlAlchemyAsync: psycopg, asyncpg or aiosqlite underneath), a sync
+Session run in a worker thread (SqlAlchemySync: psycopg, psycopg2 or sqlite3), a psycopg
+AsyncConnection from a pool (PsycopgAsync), or Django's connection inside
+transaction.atomic() in a worker thread (DjangoSync), so a handler writes with the ORM.
+Each opens one session or connection per Work, never one per event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from consumer_lib.errors import is_transient
@@ -19,14 +24,16 @@ from outbox_core.database_url import Dialect
 from outbox_core.executors import (
     AsyncPsycopgExecutor,
     AsyncSqlAlchemyExecutor,
+    DjangoExecutor,
     SqlAlchemyExecutor,
     Statement,
+    django_driver,
     sqlalchemy_dialect,
 )
-from outbox_core.pg_pool import reconnecting_pool, sweep
 
 __all__ = [
     "Database",
+    "DjangoSync",
     "Handler",
     "PsycopgAsync",
     "SqlAlchemyAsync",
@@ -147,6 +154,8 @@ class PsycopgAsync(_ApplyOne):
         # No check on checkout: it costs a round trip per event (0.24 ms of 1.55 here, see
         # docs/benchmarks.md). A connection that broke fails its transaction as a transient
         # error, the record is retried, and the failure path sweeps the pool (_sweep).
+        from outbox_core.pg_pool import reconnecting_pool
+
         self._pool = reconnecting_pool(conninfo, max_size=max_connections, timeout=pool_timeout_s)
 
     async def _ready(self) -> None:
@@ -170,6 +179,8 @@ class PsycopgAsync(_ApplyOne):
     async def _sweep(self) -> None:
         """After a transient failure: the retry and the records after it must not each
         draw one more broken connection."""
+        from outbox_core.pg_pool import sweep
+
         await sweep(self._pool)
 
     async def purge(self, retention_s: float, limit: int) -> int:
@@ -180,3 +191,72 @@ class PsycopgAsync(_ApplyOne):
 
     async def close(self) -> None:
         await self._pool.close()  # a no-op on a pool never opened
+
+
+class DjangoSync(_ApplyOne):
+    """Sync handlers get Django's connection (of `using`) inside `transaction.atomic()`,
+    run in worker threads of their own: the ORM in a handler writes in the transaction that
+    records the event, on the same connection. Postgres backend, psycopg 3 or psycopg2.
+
+    Each worker thread has its own Django connection (Django's connections are per thread),
+    checked before every transaction as Django checks one per request: CONN_MAX_AGE and
+    CONN_HEALTH_CHECKS apply (with CONN_MAX_AGE=0, Django's default, every transaction
+    connects anew; a consumer wants it above 0). Call django.setup() before building it.
+    """
+
+    dialect: Dialect = "postgres"
+    async_handlers = False
+
+    def __init__(self, using: str = "default", *, max_threads: int = 4) -> None:
+        from django.db import connections
+
+        django_driver(connections[using])  # refuses another backend now, not at the first event
+        self.using = using
+        self._size = max_threads
+        self._threads = ThreadPoolExecutor(max_threads, thread_name_prefix=f"outbox-django-{using}")
+
+    def _connection(self) -> Any:
+        from django.db import connections
+
+        wrapper = connections[self.using]
+        wrapper.close_if_unusable_or_obsolete()
+        return wrapper
+
+    def _apply_work(self, work: Work) -> None:
+        from django.db import transaction
+
+        wrapper = self._connection()
+        with transaction.atomic(using=self.using):
+            run_sync(work, DjangoExecutor(wrapper), wrapper)
+
+    async def _in_thread(self, call: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call, *args)
+
+    async def apply_work(self, work: Work) -> None:
+        await self._in_thread(self._apply_work, work)
+
+    def _purge(self, retention_s: float, limit: int) -> int:
+        from django.db import transaction
+
+        wrapper = self._connection()
+        with transaction.atomic(using=self.using):
+            return len(DjangoExecutor(wrapper).run(_purge(self.dialect, retention_s, limit)))
+
+    async def purge(self, retention_s: float, limit: int) -> int:
+        result: int = await self._in_thread(self._purge, retention_s, limit)
+        return result
+
+    def _close_own(self, everyone: threading.Barrier) -> None:
+        from django.db import connections
+
+        # Every worker thread holds one of these at once, so each closes its own connection.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            everyone.wait(timeout=30)
+        connections[self.using].close()
+
+    async def close(self) -> None:
+        everyone = threading.Barrier(self._size)
+        await asyncio.gather(
+            *(self._in_thread(self._close_own, everyone) for _ in range(self._size))
+        )
+        self._threads.shutdown(wait=False)

@@ -5,6 +5,13 @@ datetimes, UUIDs, floats. SQLite has no arrays, no time type and builds its time
 from text, so there lists are JSON (read with json_each), times ISO-8601 UTC text with
 milliseconds and a Z, and seconds decimal text. Every caller encodes through one of these
 instead of branching on the dialect.
+
+Below the dialect, each Postgres driver binds those values its own way, and the executor
+of a connection hands them over through `for_driver` as it binds a statement: psycopg 3
+and asyncpg take UUIDs, lists, datetimes and floats natively (asyncpg by the type the
+server infers for each `$n`, which the statements spell out with casts); psycopg2 renders
+parameters as SQL literals on the client and has no adapter for uuid.UUID unless one is
+registered globally, so UUIDs travel to it as text, cast by the statement.
 """
 
 from __future__ import annotations
@@ -12,10 +19,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from outbox_core.database_url import Dialect
+
+# The DBAPI under a connection: how statements are bound, and its exceptions.
+Driver = Literal["psycopg", "psycopg2", "asyncpg", "sqlite3"]
 
 
 class Codec(Protocol):
@@ -85,3 +95,18 @@ _CODECS: dict[Dialect, Codec] = {"postgres": PostgresCodec(), "sqlite": SqliteCo
 
 def codec_for(dialect: Dialect) -> Codec:
     return _CODECS[dialect]
+
+
+def _uuid_as_text(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, list) and any(isinstance(v, uuid.UUID) for v in value):
+        return [str(v) if isinstance(v, uuid.UUID) else v for v in value]
+    return value
+
+
+def for_driver(driver: Driver, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A statement's parameters (encoded by the dialect's codec) as the driver binds them."""
+    if driver == "psycopg2":
+        return {name: _uuid_as_text(value) for name, value in params.items()}
+    return params

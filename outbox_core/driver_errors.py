@@ -1,14 +1,17 @@
 """The one place driver exceptions become ours: classify(exc) -> DatabaseError.
 
-Covers psycopg 3 (its pool's PoolTimeout is an OperationalError), sqlite3 and SQLAlchemy's wrappers of either. Whether an
-error is retriable is decided here once, from one SQLSTATE table, for every library.
+Covers psycopg 3 (its pool's PoolTimeout is an OperationalError), psycopg2, asyncpg,
+sqlite3, and the wrappers of SQLAlchemy and Django around any of them. Whether an error is
+retriable is decided here once, from one SQLSTATE table, for every driver and library.
+A driver's module is only looked at when it has been imported: an exception cannot come
+from a driver nobody loaded, and a service need not install drivers it does not use.
 """
 
 from __future__ import annotations
 
 import sqlite3
-
-import psycopg
+import sys
+from typing import Any
 
 from outbox_core.errors import DatabaseError, MigrationError, OutboxError, UniqueViolation
 
@@ -18,10 +21,48 @@ RETRIABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "5
 _UNIQUE_VIOLATION = "23505"
 _UNDEFINED_TABLE = "42P01"
 _MISSING_SCHEMA = "outbox tables are missing, run `outbox-relay migrate`"
+_DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3")
 
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _driver_of(exc: BaseException) -> str | None:
+    root = type(exc).__module__.split(".", 1)[0]
+    return root if root in _DRIVERS else None
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's own exception inside a wrapper: SQLAlchemy's `.orig` (asyncpg's under
+    SQLAlchemy's adapter, as its __cause__), Django's __cause__; else exc itself."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            break
+        if _driver_of(seen) is not None:
+            return seen
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return exc
+
+
+def _postgres_state(orig: BaseException) -> tuple[str | None, bool] | None:
+    """(SQLSTATE, lost-connection-without-state) for a Postgres driver's error, else None."""
+    psycopg: Any = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(orig, psycopg.Error):
+        lost = isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
+        return orig.sqlstate, lost
+    psycopg2: Any = sys.modules.get("psycopg2")
+    if psycopg2 is not None and isinstance(orig, psycopg2.Error):
+        lost = isinstance(orig, psycopg2.OperationalError | psycopg2.InterfaceError)
+        return orig.pgcode, lost
+    asyncpg: Any = sys.modules.get("asyncpg")
+    if asyncpg is not None and isinstance(orig, asyncpg.PostgresError | asyncpg.InterfaceError):
+        # Server errors carry a SQLSTATE; client-side ones do not, and of those only a
+        # connection closed under the operation is worth a retry (not a bad parameter).
+        state = getattr(orig, "sqlstate", None)
+        return state, isinstance(orig, asyncpg.exceptions.ConnectionDoesNotExistError)
+    return None
 
 
 def classify(exc: BaseException) -> OutboxError:
@@ -29,10 +70,11 @@ def classify(exc: BaseException) -> OutboxError:
     if isinstance(exc, OutboxError):
         return exc
     sa_retriable = _sqlalchemy_retriable(exc)
-    orig: BaseException = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps DBAPI errors
+    orig = _driver_error(exc)
     message = _describe(orig)
-    if isinstance(orig, psycopg.Error):
-        state = orig.sqlstate
+    postgres = _postgres_state(orig)
+    if postgres is not None:
+        state, lost = postgres
         if state == _UNIQUE_VIOLATION:
             return UniqueViolation(message, retriable=False, sqlstate=state)
         if state == _UNDEFINED_TABLE:
@@ -41,10 +83,7 @@ def classify(exc: BaseException) -> OutboxError:
             sa_retriable
             or state in RETRIABLE_SQLSTATES
             or (state or "").startswith("08")
-            or (
-                state is None
-                and isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
-            )
+            or (state is None and lost)
         )
         return DatabaseError(message, retriable=retriable, sqlstate=state)
     if isinstance(orig, sqlite3.Error):
@@ -64,8 +103,9 @@ def classify(exc: BaseException) -> OutboxError:
 
 def _sqlalchemy_retriable(exc: BaseException) -> bool:
     """SQLAlchemy's own verdicts: an invalidated connection, or its pool timing out."""
-    from sqlalchemy import exc as sa_exc
-
+    sa_exc: Any = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is None:
+        return False
     if isinstance(exc, sa_exc.DBAPIError):
         return bool(exc.connection_invalidated)
     return isinstance(exc, sa_exc.TimeoutError)

@@ -5,6 +5,11 @@ an executor runs it on one kind of connection and returns the rows. A Plan is a 
 that yields Statements, receives each one's rows and returns a result, so one piece of
 logic serves sync and async code and every dialect. Every driver exception leaves an
 executor as an OutboxError (driver_errors.classify): this is the only place they meet.
+
+`bind` is where a statement meets its driver: the block's placeholders in the driver's
+style (asyncpg: `$n` and a tuple) and the values as the driver adapts them
+(codec.for_driver). Supported underneath: psycopg 3, psycopg2, asyncpg and sqlite3, raw or
+through SQLAlchemy; and Django's Postgres connection (either psycopg).
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from outbox_core.codec import Driver, for_driver
 from outbox_core.database_url import Dialect
 from outbox_core.driver_errors import classify
 from outbox_core.errors import OutboxError, UnsupportedConnection
-from outbox_core.queries import query
+from outbox_core.queries import numbered, query
 
 Rows = list[tuple[Any, ...]]
 Params = Mapping[str, Any]
@@ -106,6 +112,23 @@ def _many(statement: Statement) -> list[Params]:
     return list(statement.params)
 
 
+def bind(driver: Driver, dialect: Dialect, statement: Statement) -> tuple[str, Any]:
+    """The statement's SQL and parameters in the driver's style: for asyncpg `$n`
+    placeholders and a tuple (a list of them with `many`), else the named block and a
+    mapping (a list of them)."""
+    if driver == "asyncpg":
+        numbered_query = numbered(dialect, statement.query)
+        names = numbered_query.names
+        if statement.many:
+            return numbered_query.sql, [tuple(p[n] for n in names) for p in _many(statement)]
+        params = _one(statement)
+        return numbered_query.sql, tuple(params[n] for n in names)
+    sql = query(dialect, statement.query)
+    if statement.many:
+        return sql, [for_driver(driver, p) for p in _many(statement)]
+    return sql, for_driver(driver, _one(statement))
+
+
 class SqliteExecutor:
     """On an sqlite3.Connection (the caller's, or one the relay owns)."""
 
@@ -165,20 +188,102 @@ class AsyncPsycopgExecutor:
                 return _result(statement, await cur.fetchall(), cur.description)
 
 
-def sqlalchemy_dialect(sync_conn_or_engine: Any) -> Dialect:
-    """Our dialect for a SQLAlchemy Connection or Engine; only psycopg and sqlite3 drivers."""
+class Psycopg2Executor:
+    """On a psycopg2 connection (raw, or Django's underneath)."""
+
+    dialect: Dialect = "postgres"
+    driver: Driver = "psycopg2"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def run(self, statement: Statement) -> Rows:
+        sql, params = bind(self.driver, self.dialect, statement)
+        with translated(), self.conn.cursor() as cur:
+            if statement.many:
+                cur.executemany(sql, params)
+                return []
+            cur.execute(sql, params)
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+
+class AsyncpgExecutor:
+    """On an asyncpg Connection."""
+
+    dialect: Dialect = "postgres"
+    driver: Driver = "asyncpg"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def run(self, statement: Statement) -> Rows:
+        sql, args = bind(self.driver, self.dialect, statement)
+        with translated():
+            if statement.many:
+                await self.conn.executemany(sql, args)
+                return []
+            return [tuple(r) for r in await self.conn.fetch(sql, *args)]
+
+
+def django_driver(wrapper: Any) -> Driver:
+    """The psycopg under a Django database connection (`django.db.connections[alias]`)."""
+    if getattr(wrapper, "vendor", None) != "postgresql":
+        raise UnsupportedConnection(
+            f"Django's {getattr(wrapper, 'vendor', '?')} backend is not supported: "
+            "emit and DjangoSync need django.db.backends.postgresql"
+        )
+    module = wrapper.Database.__name__
+    if module not in ("psycopg", "psycopg2"):
+        raise UnsupportedConnection(f"Django's postgresql backend runs on {module}")
+    driver: Driver = "psycopg" if module == "psycopg" else "psycopg2"
+    return driver
+
+
+class DjangoExecutor:
+    """On a Django database connection, through its cursors: Django's query logging and
+    execute wrappers see our statements as they see the ORM's."""
+
+    dialect: Dialect = "postgres"
+
+    def __init__(self, wrapper: Any) -> None:
+        self.driver: Driver = django_driver(wrapper)
+        self.wrapper = wrapper
+
+    def run(self, statement: Statement) -> Rows:
+        sql, params = bind(self.driver, self.dialect, statement)
+        with translated(), self.wrapper.cursor() as cur:
+            if statement.many:
+                cur.executemany(sql, params)
+                return []
+            cur.execute(sql, params)
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+
+# SQLAlchemy's driver names -> ours, per dialect.
+_SQLALCHEMY_DRIVERS: dict[tuple[str, str], tuple[Dialect, Driver]] = {
+    ("postgresql", "psycopg"): ("postgres", "psycopg"),
+    ("postgresql", "psycopg2"): ("postgres", "psycopg2"),
+    ("postgresql", "asyncpg"): ("postgres", "asyncpg"),
+    ("sqlite", "pysqlite"): ("sqlite", "sqlite3"),
+    ("sqlite", "aiosqlite"): ("sqlite", "sqlite3"),
+}
+
+
+def sqlalchemy_driver(sync_conn_or_engine: Any) -> tuple[Dialect, Driver]:
+    """Our dialect and driver for a SQLAlchemy Connection or Engine."""
     name, driver = sync_conn_or_engine.dialect.name, sync_conn_or_engine.dialect.driver
-    if name == "postgresql" and driver == "psycopg":
-        return "postgres"
-    if name == "sqlite" and driver in ("pysqlite", "aiosqlite"):
-        return "sqlite"
-    raise UnsupportedConnection(
-        f"SQLAlchemy dialect {name}+{driver} is not supported: use postgresql+psycopg or sqlite"
-    )
+    try:
+        return _SQLALCHEMY_DRIVERS[(name, driver)]
+    except KeyError:
+        raise UnsupportedConnection(
+            f"SQLAlchemy dialect {name}+{driver} is not supported: use postgresql+psycopg, "
+            "postgresql+psycopg2, postgresql+asyncpg or sqlite"
+        ) from None
 
 
-def _sqlalchemy_params(statement: Statement) -> Params | list[Params]:
-    return _many(statement) if statement.many else _one(statement)
+def sqlalchemy_dialect(sync_conn_or_engine: Any) -> Dialect:
+    """Our dialect for a SQLAlchemy Connection or Engine (refusing unsupported drivers)."""
+    return sqlalchemy_driver(sync_conn_or_engine)[0]
 
 
 def _sqlalchemy_rows(statement: Statement, result: Any) -> Rows:
@@ -192,13 +297,13 @@ class SqlAlchemyExecutor:
     """On a SQLAlchemy Connection (a Session's: session.connection())."""
 
     def __init__(self, conn: Any) -> None:
-        self.dialect: Dialect = sqlalchemy_dialect(conn)
+        self.dialect, self.driver = sqlalchemy_driver(conn)
         self.conn = conn
 
     def run(self, statement: Statement) -> Rows:
-        sql = query(self.dialect, statement.query)
+        sql, params = bind(self.driver, self.dialect, statement)
         with translated():
-            result = self.conn.exec_driver_sql(sql, _sqlalchemy_params(statement))
+            result = self.conn.exec_driver_sql(sql, params)
             return _sqlalchemy_rows(statement, result)
 
 
@@ -206,13 +311,13 @@ class AsyncSqlAlchemyExecutor:
     """On a SQLAlchemy AsyncConnection (an AsyncSession's: await session.connection())."""
 
     def __init__(self, conn: Any) -> None:
-        self.dialect: Dialect = sqlalchemy_dialect(conn.sync_connection)
+        self.dialect, self.driver = sqlalchemy_driver(conn.sync_connection)
         self.conn = conn
 
     async def run(self, statement: Statement) -> Rows:
-        sql = query(self.dialect, statement.query)
+        sql, params = bind(self.driver, self.dialect, statement)
         with translated():
-            result = await self.conn.exec_driver_sql(sql, _sqlalchemy_params(statement))
+            result = await self.conn.exec_driver_sql(sql, params)
             return _sqlalchemy_rows(statement, result)
 
 

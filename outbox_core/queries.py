@@ -33,6 +33,10 @@ Loading refuses, with the file and statement named: an unknown fragment or slot,
 left unfilled or filled twice, a fragment referring to itself through any chain, a
 fragment no statement uses, a slot its fragment never uses, a name defined twice, and any
 `{{` or `}}` that is not a well-formed reference.
+
+Postgres blocks use pyformat placeholders (`%(name)s`, `%%` for a percent sign),
+which psycopg and psycopg2 take as they are; asyncpg takes `$1, $2, ...` and a tuple,
+which `numbered` derives from the same block.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ __all__ = [
     "DIALECTS",
     "SHARED",
     "Dialect",
+    "NumberedQuery",
     "in_parameter_style",
+    "numbered",
     "parse_blocks",
     "queries",
     "query",
@@ -68,6 +74,7 @@ _FRAGMENT_HEADER = re.compile(rf"\s*({_IDENT})\s*(?:\(([^()]*)\))?\s*")
 _REFERENCE = re.compile(rf"\{{\{{\s*({_IDENT})\s*(?:\(([^(){{}}]*)\))?\s*\}}\}}")
 _ARGUMENT = re.compile(rf"\s*({_IDENT})\s*=\s*({_IDENT})\s*")
 _SLOT = re.compile(rf"\s*({_IDENT})\s*")
+_PYFORMAT = re.compile(r"%\((\w+)\)s|%%|%")
 
 
 @dataclass(frozen=True)
@@ -305,3 +312,34 @@ def query(dialect: Dialect, name: str) -> str:
         return queries(dialect)[name]
     except KeyError:
         raise KeyError(f"no query {name!r} for {dialect}") from None
+
+
+@dataclass(frozen=True)
+class NumberedQuery:
+    """A block with `$n` placeholders; names[i] is the parameter that binds to $(i+1)."""
+
+    sql: str
+    names: tuple[str, ...]
+
+
+def to_numbered(sql: str) -> NumberedQuery:
+    """`%(name)s` -> `$n` (one number per distinct name, in order of first use), `%%` -> `%`."""
+    names: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            if match.group(0) == "%":
+                raise ValueError(f"a lone % in a pyformat statement: {sql[:60]!r}")
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return NumberedQuery(_PYFORMAT.sub(replace, sql), tuple(names))
+
+
+@functools.cache
+def numbered(dialect: Dialect, name: str) -> NumberedQuery:
+    """query(dialect, name) with numbered placeholders, for drivers that take no names."""
+    return to_numbered(query(dialect, name))

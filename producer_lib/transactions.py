@@ -1,19 +1,23 @@
 """The caller's connection, as an executor that joins its open transaction.
 
-Supported: SQLAlchemy Session, Connection, AsyncSession and AsyncConnection (psycopg 3 or
-sqlite3 underneath), a raw psycopg 3 Connection or AsyncConnection, and sqlite3.Connection.
-emit never commits, so a connection that would commit each statement by itself
-(autocommit, no transaction begun) is refused with NoTransaction: the event could
-otherwise commit without the caller's write.
+Supported: SQLAlchemy Session, Connection, AsyncSession and AsyncConnection (psycopg 3,
+psycopg2, asyncpg or sqlite3 underneath); a raw psycopg 3 Connection or AsyncConnection,
+a psycopg2 connection, an asyncpg Connection and an sqlite3.Connection; Django's
+connection (`django.db.connection` or `connections[alias]`, Postgres backend) inside
+`transaction.atomic()`. emit never commits, so a connection that would commit each
+statement by itself (autocommit, no transaction begun) is refused with NoTransaction: the
+event could otherwise commit without the caller's write.
+
+Driver modules are looked up among those already imported: a connection of a driver
+nobody imported cannot exist, and a service need not install the drivers it does not use.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from typing import Any
 
-import psycopg
-from psycopg.pq import TransactionStatus
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
@@ -21,13 +25,27 @@ from sqlalchemy.orm import Session
 from outbox_core.errors import NoTransaction, UnsupportedConnection
 from outbox_core.executors import (
     AsyncExecutor,
+    AsyncpgExecutor,
     AsyncPsycopgExecutor,
     AsyncSqlAlchemyExecutor,
+    DjangoExecutor,
+    Psycopg2Executor,
     PsycopgExecutor,
     SqlAlchemyExecutor,
     SqliteExecutor,
     SyncExecutor,
 )
+
+
+def _module(name: str) -> Any:
+    return sys.modules.get(name)
+
+
+def _instance(target: object, module: str, *names: str) -> bool:
+    found = _module(module)
+    if found is None:
+        return False
+    return any(isinstance(target, getattr(found, name)) for name in names)
 
 
 def _require_sqlite_transaction(conn: sqlite3.Connection) -> None:
@@ -40,10 +58,36 @@ def _require_sqlite_transaction(conn: sqlite3.Connection) -> None:
 
 
 def _require_psycopg_transaction(conn: Any) -> None:
-    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+    idle = _module("psycopg").pq.TransactionStatus.IDLE
+    if conn.autocommit and conn.info.transaction_status == idle:
         raise NoTransaction(
             "psycopg connection is in autocommit mode outside a transaction: "
             "use `with conn.transaction():` so the event commits with your write"
+        )
+
+
+def _require_psycopg2_transaction(conn: Any) -> None:
+    idle = _module("psycopg2.extensions").TRANSACTION_STATUS_IDLE
+    if conn.autocommit and conn.info.transaction_status == idle:
+        raise NoTransaction(
+            "psycopg2 connection is in autocommit mode outside a transaction: "
+            "turn autocommit off (the default) or run BEGIN so the event commits with your write"
+        )
+
+
+def _require_asyncpg_transaction(conn: Any) -> None:
+    if not conn.is_in_transaction():
+        raise NoTransaction(
+            "asyncpg connection has no open transaction (asyncpg commits each statement "
+            "otherwise): use `async with conn.transaction():`"
+        )
+
+
+def _require_django_transaction(wrapper: Any) -> None:
+    if wrapper.get_autocommit() and not wrapper.in_atomic_block:
+        raise NoTransaction(
+            "Django connection is in autocommit mode outside transaction.atomic(): "
+            "emit inside `with transaction.atomic():` so the event commits with your write"
         )
 
 
@@ -55,17 +99,41 @@ def _require_sqlalchemy_transaction(sync_conn: Any) -> None:
         )
 
 
+def _django_wrapper(target: object) -> Any:
+    """Django's connection for target, or None. `django.db.connection` is a proxy that
+    forwards every attribute to the calling thread's connection of the default alias, so
+    it serves as the connection itself."""
+    if _instance(target, "django.db.backends.base.base", "BaseDatabaseWrapper") or _instance(
+        target, "django.utils.connection", "ConnectionProxy"
+    ):
+        return target
+    return None
+
+
 def _supported() -> str:
     return (
-        "a SQLAlchemy Session/Connection, a psycopg Connection or an sqlite3 Connection "
-        "(async: AsyncSession/AsyncConnection or psycopg AsyncConnection)"
+        "a SQLAlchemy Session/Connection, a psycopg or psycopg2 connection, an sqlite3 "
+        "Connection or Django's connection (async: AsyncSession/AsyncConnection, a psycopg "
+        "AsyncConnection or an asyncpg Connection)"
+    )
+
+
+def _is_async(target: object) -> bool:
+    return (
+        isinstance(target, AsyncSession | AsyncConnection)
+        or _instance(target, "psycopg", "AsyncConnection")
+        or _instance(target, "asyncpg", "Connection")
+        or _instance(target, "asyncpg.pool", "PoolConnectionProxy")
     )
 
 
 def sync_executor(target: object) -> SyncExecutor:
-    if isinstance(target, psycopg.Connection):
+    if _instance(target, "psycopg", "Connection"):
         _require_psycopg_transaction(target)
         return PsycopgExecutor(target)
+    if _instance(target, "psycopg2.extensions", "connection"):
+        _require_psycopg2_transaction(target)
+        return Psycopg2Executor(target)
     if isinstance(target, sqlite3.Connection):
         _require_sqlite_transaction(target)
         return SqliteExecutor(target)
@@ -77,7 +145,12 @@ def sync_executor(target: object) -> SyncExecutor:
         executor = SqlAlchemyExecutor(target)  # refuses an unsupported dialect first
         _require_sqlalchemy_transaction(target)
         return executor
-    if isinstance(target, psycopg.AsyncConnection | AsyncSession | AsyncConnection):
+    wrapper = _django_wrapper(target)
+    if wrapper is not None:
+        django_executor = DjangoExecutor(wrapper)  # refuses other backends first
+        _require_django_transaction(wrapper)
+        return django_executor
+    if _is_async(target):
         raise UnsupportedConnection(
             f"{type(target).__name__} is async: use `await emit_async(...)`"
         )
@@ -85,9 +158,14 @@ def sync_executor(target: object) -> SyncExecutor:
 
 
 async def async_executor(target: object) -> AsyncExecutor:
-    if isinstance(target, psycopg.AsyncConnection):
+    if _instance(target, "psycopg", "AsyncConnection"):
         _require_psycopg_transaction(target)
         return AsyncPsycopgExecutor(target)
+    if _instance(target, "asyncpg", "Connection") or _instance(
+        target, "asyncpg.pool", "PoolConnectionProxy"
+    ):
+        _require_asyncpg_transaction(target)
+        return AsyncpgExecutor(target)
     if isinstance(target, AsyncSession):
         if not target.in_transaction() and not target.sync_session.autobegin:
             raise NoTransaction(
@@ -100,5 +178,6 @@ async def async_executor(target: object) -> AsyncExecutor:
         return executor
     raise UnsupportedConnection(
         f"cannot emit_async on {type(target).__name__}: pass an AsyncSession, an "
-        "AsyncConnection or a psycopg AsyncConnection (sync connections use emit)"
+        "AsyncConnection, a psycopg AsyncConnection or an asyncpg Connection (sync "
+        "connections use emit)"
     )

@@ -22,11 +22,13 @@ async def store(backend: Backend) -> AsyncIterator[Store]:
         yield opened
 
 
-# (adapter, dialect): PsycopgAsync is Postgres only.
+# (adapter, dialect): PsycopgAsync and the asyncpg and psycopg2 drivers are Postgres only.
 CASES = [
     ("psycopg_async", "postgres"),
     ("sqlalchemy_async", "postgres"),
     ("sqlalchemy_sync", "postgres"),
+    ("sqlalchemy_asyncpg", "postgres"),
+    ("sqlalchemy_psycopg2", "postgres"),
     ("sqlalchemy_async", "sqlite"),
     ("sqlalchemy_sync", "sqlite"),
 ]

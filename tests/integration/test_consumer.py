@@ -596,7 +596,7 @@ async def _at_least(count: Callable[[], Awaitable[int]], n: int) -> bool:
     return await count() >= n
 
 
-@pytest.mark.parametrize("adapter", ["psycopg_async", "sqlalchemy_async"])
+@pytest.mark.parametrize("adapter", ["psycopg_async", "sqlalchemy_async", "sqlalchemy_asyncpg"])
 async def test_stop_gives_a_stuck_handler_shutdown_grace_s_then_leaves_its_record(
     adapter: str, pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:

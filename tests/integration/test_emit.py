@@ -32,8 +32,10 @@ from tests.support.transactions import (
     ASYNC_KINDS,
     SYNC_KINDS,
     async_tx,
+    connect_psycopg2,
     insert_order,
     insert_order_async,
+    sqlalchemy_url,
     sync_tx,
 )
 
@@ -48,11 +50,6 @@ class Boom(Exception):
 def orders(backend: Backend) -> Backend:
     backend.execute("test_orders_create")
     return backend
-
-
-def _skip_unsupported(backend: Backend, kind: str) -> None:
-    if kind == "psycopg_async" and backend.dialect != "postgres":
-        pytest.skip("psycopg is Postgres only")
 
 
 def _emit_kwargs(key: str = "order-1", **over: Any) -> dict[str, Any]:
@@ -107,7 +104,6 @@ def test_rollback_leaves_no_event(orders: Backend, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ASYNC_KINDS)
 async def test_async_commit_and_rollback(orders: Backend, kind: str) -> None:
-    _skip_unsupported(orders, kind)
     outbox = Outbox()
     event_id = uuid.uuid4()
     async with async_tx(orders, kind) as conn:
@@ -164,7 +160,6 @@ def test_tenant_is_stored_with_each_event(orders: Backend, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ASYNC_KINDS)
 async def test_async_emit_stores_the_tenant(orders: Backend, kind: str) -> None:
-    _skip_unsupported(orders, kind)
     async with async_tx(orders, kind) as conn:
         await Outbox().emit_async(conn, **_emit_kwargs(tenant="acme"))
         await Outbox().emit_batch_async(conn, [Event("orders", "k1", "E", {}, tenant="b")])
@@ -231,6 +226,19 @@ def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> No
     if orders.dialect == "postgres":
         with psycopg.connect(orders.target, autocommit=True) as conn, pytest.raises(NoTransaction):
             outbox.emit(conn, **_emit_kwargs())
+        raw2 = connect_psycopg2(orders)
+        raw2.autocommit = True
+        try:
+            with pytest.raises(NoTransaction):
+                outbox.emit(raw2, **_emit_kwargs())
+        finally:
+            raw2.close()
+        psycopg2_engine = create_engine(
+            sqlalchemy_url(orders, "sa_psycopg2_connection"), isolation_level="AUTOCOMMIT"
+        )
+        with psycopg2_engine.connect() as sa_conn, pytest.raises(NoTransaction):
+            outbox.emit(sa_conn, **_emit_kwargs())
+        psycopg2_engine.dispose()
     else:
         import sqlite3
 
@@ -265,6 +273,27 @@ async def test_async_no_transaction_is_refused(orders: Backend) -> None:
             await Outbox().emit_async(conn, **_emit_kwargs())
     finally:
         await conn.close()
+    import asyncpg
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    raw = await asyncpg.connect(orders.target)  # asyncpg commits each statement by itself
+    try:
+        with pytest.raises(NoTransaction):
+            await Outbox().emit_async(raw, **_emit_kwargs())
+    finally:
+        await raw.close()
+    engine = create_async_engine(
+        sqlalchemy_url(orders, "sa_asyncpg_connection"), isolation_level="AUTOCOMMIT"
+    )
+    try:
+        async with engine.connect() as sa_conn:
+            with pytest.raises(NoTransaction):
+                await Outbox().emit_async(sa_conn, **_emit_kwargs())
+        async with AsyncSession(engine) as session:
+            with pytest.raises(NoTransaction):
+                await Outbox().emit_async(session, **_emit_kwargs())
+    finally:
+        await engine.dispose()
     assert orders.scalar("outbox_count") == 0
 
 
@@ -285,12 +314,29 @@ async def test_sync_connection_given_to_emit_async_is_refused(orders: Backend) -
         conn.close()
 
 
-def test_deliver_after_uses_the_database_clock(orders: Backend) -> None:
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_deliver_after_uses_the_database_clock(orders: Backend, kind: str) -> None:
     at = dt.datetime(2031, 5, 6, 7, 8, 9, 500000, tzinfo=dt.UTC)
-    with sync_tx(orders, "driver") as conn:
+    with sync_tx(orders, kind) as conn:
         outbox = Outbox()
         outbox.emit(conn, **_emit_kwargs(key="a", deliver_after=dt.timedelta(seconds=90)))
         outbox.emit(conn, **_emit_kwargs(key="b", deliver_after=at))
+    rows = orders.fetch("outbox_delays")
+    delay_a, available_b = rows[0][1], rows[1][2]
+    assert abs(float(delay_a) - 90.0) < 0.01
+    parsed = available_b if isinstance(available_b, dt.datetime) else _sqlite_ts(available_b)
+    assert parsed == at
+
+
+@pytest.mark.parametrize("kind", ASYNC_KINDS)
+async def test_async_deliver_after_uses_the_database_clock(orders: Backend, kind: str) -> None:
+    at = dt.datetime(2031, 5, 6, 7, 8, 9, 500000, tzinfo=dt.UTC)
+    async with async_tx(orders, kind) as conn:
+        outbox = Outbox()
+        await outbox.emit_async(
+            conn, **_emit_kwargs(key="a", deliver_after=dt.timedelta(seconds=90))
+        )
+        await outbox.emit_batch_async(conn, [Event("orders", "b", "E", {}, deliver_after=at)])
     rows = orders.fetch("outbox_delays")
     delay_a, available_b = rows[0][1], rows[1][2]
     assert abs(float(delay_a) - 90.0) < 0.01
@@ -302,12 +348,24 @@ def _sqlite_ts(text: str) -> dt.datetime:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
 
 
-def test_duplicate_event_id_is_a_typed_error(orders: Backend) -> None:
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_duplicate_event_id_is_a_typed_error(orders: Backend, kind: str) -> None:
     event_id = uuid.uuid4()
-    with sync_tx(orders, "driver") as conn:
+    with sync_tx(orders, kind) as conn:
         Outbox().emit(conn, **_emit_kwargs(event_id=event_id))
-    with pytest.raises(DuplicateEventId), sync_tx(orders, "driver") as conn:
+    with pytest.raises(DuplicateEventId), sync_tx(orders, kind) as conn:
         Outbox().emit(conn, **_emit_kwargs(event_id=event_id))
+    assert orders.scalar("outbox_count") == 1
+
+
+@pytest.mark.parametrize("kind", ASYNC_KINDS)
+async def test_async_duplicate_event_id_is_a_typed_error(orders: Backend, kind: str) -> None:
+    event_id = uuid.uuid4()
+    async with async_tx(orders, kind) as conn:
+        await Outbox().emit_async(conn, **_emit_kwargs(event_id=event_id))
+    with pytest.raises(DuplicateEventId):
+        async with async_tx(orders, kind) as conn:
+            await Outbox().emit_async(conn, **_emit_kwargs(event_id=event_id))
     assert orders.scalar("outbox_count") == 1
 
 
@@ -317,9 +375,17 @@ def test_shard_count_must_match_the_database(orders: Backend) -> None:
     assert orders.scalar("outbox_count") == 0
 
 
-def test_missing_tables_say_run_migrate(empty_backend: Backend) -> None:
-    with pytest.raises(MigrationError, match="migrate"), sync_tx(empty_backend, "driver") as conn:
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_missing_tables_say_run_migrate(empty_backend: Backend, kind: str) -> None:
+    with pytest.raises(MigrationError, match="migrate"), sync_tx(empty_backend, kind) as conn:
         Outbox().emit(conn, **_emit_kwargs())
+
+
+@pytest.mark.parametrize("kind", ASYNC_KINDS)
+async def test_async_missing_tables_say_run_migrate(empty_backend: Backend, kind: str) -> None:
+    with pytest.raises(MigrationError, match="migrate"):
+        async with async_tx(empty_backend, kind) as conn:
+            await Outbox().emit_async(conn, **_emit_kwargs())
 
 
 def test_trace_context_travels_in_headers(orders: Backend) -> None:

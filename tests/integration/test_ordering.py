@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -10,13 +11,16 @@ import pytest
 
 from producer_lib import Outbox
 from tests.support.db import Backend, postgres_backend
+from tests.support.transactions import async_tx, connect_psycopg2
 
 pytestmark = pytest.mark.integration
 
 WRITERS = 24
 
 
-def _race(backend: Backend, outbox: Outbox, writers: int, seed: int) -> list[str]:
+def _race(
+    backend: Backend, outbox: Outbox, writers: int, seed: int, kind: str = "driver"
+) -> list[str]:
     """Writers emit for one key, sleep a random while holding the transaction, commit.
 
     Returns the keys' labels in the order their commits returned (SQLite) — Postgres
@@ -31,7 +35,7 @@ def _race(backend: Backend, outbox: Outbox, writers: int, seed: int) -> list[str
 
     def write(i: int) -> None:
         try:
-            conn = backend.connect()
+            conn = backend.connect() if kind == "driver" else connect_psycopg2(backend)
             try:
                 start.wait()
                 outbox.emit(conn, topic="orders", key="hot-key", event_type="E", payload={"w": i})
@@ -58,11 +62,43 @@ def _id_order_matches_commit_order(backend: Backend) -> bool:
     return by_commit == sorted(by_commit)
 
 
-def test_postgres_ids_follow_commit_order_with_per_key_lock(pg_url: str) -> None:
+@pytest.mark.parametrize("kind", ["driver", "psycopg2"])
+def test_postgres_ids_follow_commit_order_with_per_key_lock(pg_url: str, kind: str) -> None:
     backend = postgres_backend(pg_url)
     backend.migrate()
     for seed in range(3):
-        _race(backend, Outbox(), WRITERS, seed)
+        _race(backend, Outbox(), WRITERS, seed, kind)
+    assert backend.scalar("outbox_count") == 3 * WRITERS
+    assert _id_order_matches_commit_order(backend)
+
+
+async def _race_async(backend: Backend, outbox: Outbox, writers: int, seed: int, kind: str) -> None:
+    """_race with emit_async: writers on one event loop, each in its own transaction."""
+    rng = random.Random(seed)
+    sleeps = [rng.uniform(0.0, 0.03) for _ in range(writers)]
+    start = asyncio.Barrier(writers)
+
+    async def write(i: int) -> None:
+        async with async_tx(backend, kind) as conn:
+            await start.wait()
+            await outbox.emit_async(
+                conn, topic="orders", key="hot-key", event_type="E", payload={"w": i}
+            )
+            await asyncio.sleep(sleeps[i])
+
+    async with asyncio.TaskGroup() as group:
+        for i in range(writers):
+            group.create_task(write(i))
+
+
+@pytest.mark.parametrize("kind", ["asyncpg", "sa_asyncpg_session", "psycopg_async"])
+async def test_postgres_ids_follow_commit_order_with_per_key_lock_async(
+    pg_url: str, kind: str
+) -> None:
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    for seed in range(3):
+        await _race_async(backend, Outbox(), WRITERS, seed, kind)
     assert backend.scalar("outbox_count") == 3 * WRITERS
     assert _id_order_matches_commit_order(backend)
 
@@ -91,3 +127,14 @@ def test_sqlite_ids_follow_commit_order(tmp_path: object) -> None:
 
     by_id = [str(json.loads(bytes(r[6]))["w"]) for r in rows]
     assert by_id == committed
+
+
+async def test_postgres_without_the_lock_order_breaks_async(pg_url: str) -> None:
+    """The control of the async race: without the lock it does reorder."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    for seed in range(10):
+        await _race_async(backend, Outbox(per_key_lock=False), WRITERS, seed, "asyncpg")
+        if not _id_order_matches_commit_order(backend):
+            return
+    pytest.fail("10 unlocked async races never committed out of id order; not a race")

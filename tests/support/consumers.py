@@ -37,7 +37,7 @@ from consumer_lib import (
 )
 from consumer_lib.database import Handler
 from outbox_core.kafka_security import KafkaSecurity
-from outbox_core.queries import Dialect, parse_blocks
+from outbox_core.queries import Dialect, parse_blocks, to_numbered
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, create_topics, delete_topics, read_topic, unique_topic_name
 from tests.support.processes import ChildProcess
@@ -51,8 +51,29 @@ APP = "tests.support.consumer_app:build"
 # What consumer_lib logs once it holds at least one partition.
 ASSIGNED = 'partitions assigned partitions=["TopicPartition'
 
-Adapter = Literal["sqlalchemy_async", "sqlalchemy_sync", "psycopg_async"]
-ADAPTERS: tuple[Adapter, ...] = ("sqlalchemy_async", "sqlalchemy_sync", "psycopg_async")
+# sqlalchemy_async / sqlalchemy_sync run on the dialect's default driver (psycopg 3,
+# aiosqlite, sqlite3); sqlalchemy_asyncpg and sqlalchemy_psycopg2 are the same adapters on
+# those Postgres drivers.
+Adapter = Literal[
+    "sqlalchemy_async",
+    "sqlalchemy_sync",
+    "psycopg_async",
+    "sqlalchemy_asyncpg",
+    "sqlalchemy_psycopg2",
+]
+ADAPTERS: tuple[Adapter, ...] = (
+    "sqlalchemy_async",
+    "sqlalchemy_sync",
+    "psycopg_async",
+    "sqlalchemy_asyncpg",
+    "sqlalchemy_psycopg2",
+)
+SYNC_ADAPTERS = ("sqlalchemy_sync", "sqlalchemy_psycopg2")
+SQLALCHEMY_ASYNC_ADAPTERS = ("sqlalchemy_async", "sqlalchemy_asyncpg")
+_SCHEMES = {
+    "sqlalchemy_asyncpg": "postgresql+asyncpg://",
+    "sqlalchemy_psycopg2": "postgresql+psycopg2://",
+}
 Hook = Callable[[ConsumedEvent], None]
 
 
@@ -87,20 +108,36 @@ def make_database(adapter: str, backend: Backend) -> Database:
         if backend.dialect != "postgres":
             raise ValueError("PsycopgAsync is Postgres only")
         return PsycopgAsync(backend.target, max_connections=8)
-    if adapter == "sqlalchemy_async":
+    if adapter in _SCHEMES and backend.dialect != "postgres":
+        raise ValueError(f"{adapter} is Postgres only")
+    url = (
+        backend.target.replace("postgresql://", _SCHEMES[adapter], 1)
+        if adapter in _SCHEMES
+        else backend.sqlalchemy_url
+    )
+    if adapter in SQLALCHEMY_ASYNC_ADAPTERS:
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        url = (
-            f"sqlite+aiosqlite:///{backend.target}"
-            if backend.dialect == "sqlite"
-            else backend.sqlalchemy_url
-        )
+        if backend.dialect == "sqlite":
+            url = f"sqlite+aiosqlite:///{backend.target}"
         return SqlAlchemyAsync(create_async_engine(url))
-    if adapter == "sqlalchemy_sync":
+    if adapter in SYNC_ADAPTERS:
         from sqlalchemy import create_engine
 
-        return SqlAlchemySync(create_engine(backend.sqlalchemy_url))
+        return SqlAlchemySync(create_engine(url))
     raise ValueError(f"unknown adapter {adapter!r}")
+
+
+async def exec_driver_sql_async(conn: Any, sql: str, params: Any) -> None:
+    """conn.exec_driver_sql on an AsyncConnection; asyncpg takes `$n` and tuples."""
+    if conn.dialect.driver == "asyncpg":
+        numbered = to_numbered(sql)
+        if isinstance(params, list):
+            params = [tuple(p[n] for n in numbered.names) for p in params]
+        else:
+            params = tuple(params[n] for n in numbered.names)
+        sql = numbered.sql
+    await conn.exec_driver_sql(sql, params)
 
 
 def effect_params(event: ConsumedEvent, group: str, applied_by: str) -> dict[str, Any]:
@@ -143,7 +180,7 @@ def effect_handler(
         if before_write is not None:
             before_write(event)
 
-    if adapter == "sqlalchemy_sync":
+    if adapter in SYNC_ADAPTERS:
         from sqlalchemy.orm import Session
 
         def sync_handler(event: ConsumedEvent, session: Session) -> None:
@@ -158,7 +195,7 @@ def effect_handler(
 
         return sync_handler
 
-    if adapter == "sqlalchemy_async":
+    if adapter in SQLALCHEMY_ASYNC_ADAPTERS:
         from sqlalchemy.ext.asyncio import AsyncSession
 
         async def sa_handler(event: ConsumedEvent, session: AsyncSession) -> None:
@@ -168,7 +205,7 @@ def effect_handler(
             if delay_s:
                 await asyncio.sleep(delay_s)
             conn = await session.connection()
-            await conn.exec_driver_sql(sql, effect_params(event, group, applied_by))
+            await exec_driver_sql_async(conn, sql, effect_params(event, group, applied_by))
             if after_write is not None:
                 after_write(event)
 
@@ -202,17 +239,17 @@ def bulk_effect_handler(
         calls.append(events)
         return [effect_params(event, group, "bulk") for event in events]
 
-    if adapter == "sqlalchemy_sync":
+    if adapter in SYNC_ADAPTERS:
 
         def sync_bulk(events: list[ConsumedEvent], session: Any) -> None:
             session.connection().exec_driver_sql(sql, rows(events))
 
         return sync_bulk
 
-    if adapter == "sqlalchemy_async":
+    if adapter in SQLALCHEMY_ASYNC_ADAPTERS:
 
         async def sa_bulk(events: list[ConsumedEvent], session: Any) -> None:
-            await (await session.connection()).exec_driver_sql(sql, rows(events))
+            await exec_driver_sql_async(await session.connection(), sql, rows(events))
 
         return sa_bulk
 

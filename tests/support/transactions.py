@@ -1,4 +1,9 @@
-"""Open a transaction through each kind of connection emit accepts, and write a business row."""
+"""Open a transaction through each kind of connection emit accepts, and write a business row.
+
+A kind names a driver and how it is reached: raw ("driver" is the dialect's own: psycopg 3
+or sqlite3; "psycopg2", "asyncpg") or through SQLAlchemy ("sa_*"; the driver in the name
+when it is not the dialect's default). Kinds of a Postgres-only driver skip on SQLite.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +11,69 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from tests.support.db import Backend
 
-SYNC_KINDS = ["driver", "sa_session", "sa_connection"]
-ASYNC_KINDS = ["psycopg_async", "sa_async_session", "sa_async_connection"]
+SYNC_KINDS = [
+    "driver",
+    "sa_session",
+    "sa_connection",
+    "psycopg2",
+    "sa_psycopg2_session",
+    "sa_psycopg2_connection",
+]
+ASYNC_KINDS = [
+    "psycopg_async",
+    "sa_async_session",
+    "sa_async_connection",
+    "asyncpg",
+    "asyncpg_pool",
+    "sa_asyncpg_session",
+    "sa_asyncpg_connection",
+]
+# SQLAlchemy's driver name in a kind -> the URL scheme that selects it.
+_SA_DRIVERS = {"psycopg2": "postgresql+psycopg2://", "asyncpg": "postgresql+asyncpg://"}
 
 
-def _async_url(backend: Backend) -> str:
-    if backend.dialect == "sqlite":
+def postgres_only(kind: str) -> bool:
+    return kind in ("psycopg_async", "psycopg2", "asyncpg", "asyncpg_pool") or any(
+        f"_{driver}_" in kind for driver in _SA_DRIVERS
+    )
+
+
+def skip_unsupported(backend: Backend, kind: str) -> None:
+    if backend.dialect != "postgres" and postgres_only(kind):
+        pytest.skip(f"{kind} is Postgres only")
+
+
+def sqlalchemy_url(backend: Backend, kind: str = "", *, asynchronous: bool = False) -> str:
+    """The backend's SQLAlchemy URL for the driver a kind names (psycopg 3 / sqlite3 /
+    aiosqlite when it names none)."""
+    for driver, scheme in _SA_DRIVERS.items():
+        if f"_{driver}_" in kind:
+            return backend.target.replace("postgresql://", scheme, 1)
+    if asynchronous and backend.dialect == "sqlite":
         return f"sqlite+aiosqlite:///{backend.target}"
     return backend.sqlalchemy_url
+
+
+def connect_psycopg2(backend: Backend) -> Any:
+    """A psycopg2 connection (not in autocommit: its first statement begins)."""
+    import psycopg2
+
+    return psycopg2.connect(backend.target)
 
 
 @contextlib.contextmanager
 def sync_tx(backend: Backend, kind: str) -> Iterator[Any]:
     """Yields a connection-like object inside a transaction; commits unless the block raises."""
-    if kind == "driver":
-        conn = backend.connect()
+    skip_unsupported(backend, kind)
+    if kind in ("driver", "psycopg2"):
+        conn = backend.connect() if kind == "driver" else connect_psycopg2(backend)
         try:
             yield conn
             conn.commit()
@@ -36,12 +83,12 @@ def sync_tx(backend: Backend, kind: str) -> Iterator[Any]:
         finally:
             conn.close()
         return
-    engine = create_engine(backend.sqlalchemy_url)
+    engine = create_engine(sqlalchemy_url(backend, kind))
     try:
-        if kind == "sa_session":
+        if kind.endswith("session"):
             with Session(engine) as session, session.begin():
                 yield session
-        elif kind == "sa_connection":
+        elif kind.endswith("connection"):
             with engine.begin() as sa_conn:
                 yield sa_conn
         else:
@@ -52,11 +99,10 @@ def sync_tx(backend: Backend, kind: str) -> Iterator[Any]:
 
 @contextlib.asynccontextmanager
 async def async_tx(backend: Backend, kind: str) -> AsyncIterator[Any]:
+    skip_unsupported(backend, kind)
     if kind == "psycopg_async":
         import psycopg
 
-        if backend.dialect != "postgres":
-            raise ValueError("psycopg is Postgres only")
         conn = await psycopg.AsyncConnection.connect(backend.target)
         try:
             yield conn
@@ -67,12 +113,32 @@ async def async_tx(backend: Backend, kind: str) -> AsyncIterator[Any]:
         finally:
             await conn.close()
         return
-    engine = create_async_engine(_async_url(backend))
+    if kind == "asyncpg":
+        import asyncpg
+
+        raw = await asyncpg.connect(backend.target)
+        try:
+            async with raw.transaction():
+                yield raw
+        finally:
+            await raw.close()
+        return
+    if kind == "asyncpg_pool":  # a pool's connections are proxies, not asyncpg.Connection
+        import asyncpg
+
+        pool = await asyncpg.create_pool(backend.target, min_size=1, max_size=1)
+        try:
+            async with pool.acquire() as pooled, pooled.transaction():
+                yield pooled
+        finally:
+            await pool.close()
+        return
+    engine = create_async_engine(sqlalchemy_url(backend, kind, asynchronous=True))
     try:
-        if kind == "sa_async_session":
+        if kind.endswith("session"):
             async with AsyncSession(engine) as session, session.begin():
                 yield session
-        elif kind == "sa_async_connection":
+        elif kind.endswith("connection"):
             async with engine.begin() as sa_conn:
                 yield sa_conn
         else:
@@ -88,6 +154,9 @@ def insert_order(backend: Backend, target: Any, order_id: int) -> None:
         target.connection().exec_driver_sql(sql, params)
     elif hasattr(target, "exec_driver_sql"):
         target.exec_driver_sql(sql, params)
+    elif type(target).__module__.startswith("psycopg2"):
+        with target.cursor() as cur:
+            cur.execute(sql, params)
     else:
         target.execute(sql, params)
 
@@ -95,8 +164,19 @@ def insert_order(backend: Backend, target: Any, order_id: int) -> None:
 async def insert_order_async(backend: Backend, target: Any, order_id: int) -> None:
     sql, params = backend.sql("test_order_insert"), {"id": order_id, "customer": f"c{order_id}"}
     if isinstance(target, AsyncSession):
-        await (await target.connection()).exec_driver_sql(sql, params)
-    elif isinstance(target, AsyncConnection):
-        await target.exec_driver_sql(sql, params)
+        target = await target.connection()
+    if isinstance(target, AsyncConnection):
+        if target.dialect.driver == "asyncpg":
+            from outbox_core.queries import to_numbered
+
+            numbered = to_numbered(sql)
+            await target.exec_driver_sql(numbered.sql, tuple(params[n] for n in numbered.names))
+        else:
+            await target.exec_driver_sql(sql, params)
+    elif type(target).__module__.startswith("asyncpg"):
+        from outbox_core.queries import to_numbered
+
+        numbered = to_numbered(sql)
+        await target.execute(numbered.sql, *(params[n] for n in numbered.names))
     else:
         await target.execute(sql, params)

@@ -182,3 +182,37 @@ def test_work_runs_each_event_recorded_now_once_and_groups_a_bulk_handlers_run()
     assert Work("g", [Job("a", "x", one)]).dedup("sqlite") == Statement(
         "processed_event_insert_batch", {"consumer_group": "g", "event_ids": '["a"]'}
     )
+
+
+async def test_consumer_in_background_raises_what_stopped_the_consumer(tmp_path: Any) -> None:
+    """A consumer that failed on its own (here: its ops port is taken) raises at the end
+    of the block, instead of the lifespan ending as if all had gone well."""
+    import socket
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from consumer_lib import consumer_in_background
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        settings = ConsumerSettings(
+            bootstrap_servers="127.0.0.1:1",
+            group_id="g",
+            security=KafkaSecurity.plaintext(),
+            http_port=taken.getsockname()[1],
+        )
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/c.sqlite3")
+        app = ConsumerApp(settings, SqlAlchemyAsync(engine))
+
+        async def handler(event: Any, session: Any) -> None:
+            return None
+
+        app.handler("orders")(handler)
+        with pytest.raises(OSError, match="address already in use"):
+            async with consumer_in_background(app, stop_timeout_s=30):
+                pass
+        await engine.dispose()
+    finally:
+        taken.close()

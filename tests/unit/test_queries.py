@@ -4,7 +4,16 @@ import re
 
 import pytest
 
-from outbox_core.queries import DIALECTS, Dialect, in_parameter_style, parse_blocks, queries, query
+from outbox_core.queries import (
+    DIALECTS,
+    Dialect,
+    in_parameter_style,
+    numbered,
+    parse_blocks,
+    queries,
+    query,
+    to_numbered,
+)
 
 # Queries every dialect must provide; Postgres-only extras (batch insert, advisory locks)
 # are listed apart so a missing SQLite twin is a decision, not an accident.
@@ -205,3 +214,27 @@ def test_shared_parameters_take_each_driver_s_style() -> None:
     assert in_parameter_style(text, "postgres") == (
         "SELECT %(a)s, x::int, (%(b)s), '12:30 %%' || ':c', 5 %% 2 -- :d 100%%\nWHERE y=%(e_2)s"
     )
+
+
+def test_numbered_placeholders_follow_first_use_and_repeat_their_number() -> None:
+    converted = to_numbered(
+        "SELECT %(b)s::int, %(a)s, %(b)s::text, '100%%' WHERE x = %(c)s -- %(a)s again"
+    )
+    assert converted.sql == "SELECT $1::int, $2, $1::text, '100%' WHERE x = $3 -- $2 again"
+    assert converted.names == ("b", "a", "c")
+
+
+def test_numbered_refuses_a_lone_percent() -> None:
+    with pytest.raises(ValueError, match="lone %"):
+        to_numbered("SELECT 5 % 2, %(a)s")
+
+
+def test_every_postgres_block_converts_to_numbered_placeholders() -> None:
+    for name, sql in queries("postgres").items():
+        converted = numbered("postgres", name)
+        assert "%(" not in converted.sql, name
+        assert (
+            len(converted.names)
+            == len(set(converted.names))
+            == len(set(re.findall(r"%\((\w+)\)s", sql)))
+        )

@@ -15,15 +15,17 @@ VALUES (%(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s
 -- before the row's identity value is drawn, so ids of one key follow commit order.
 -- notify_channel NULL sends no hint; otherwise Postgres folds the identical
 -- (channel, shard) notifications of one transaction into one, delivered at commit.
+-- The casts: a SELECT list gives its parameters no column types to infer, and asyncpg
+-- binds each parameter by the type the server infers.
 INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers, available_at,
                            tenant)
-SELECT %(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s,
-       %(headers)s::jsonb,
+SELECT %(event_id)s::uuid, %(topic)s::text, %(key)s::text, %(shard)s::smallint,
+       %(event_type)s::text, %(payload)s::bytea, %(headers)s::jsonb,
        COALESCE(%(available_at)s::timestamptz, now() + %(delay_s)s * interval '1 second'),
-       %(tenant)s
+       %(tenant)s::text
 FROM (
     SELECT pg_advisory_xact_lock(%(lock_ns)s::int, %(lock_key)s::int),
-           (SELECT count(pg_notify(ch, %(shard)s::text))
+           (SELECT count(pg_notify(ch, %(shard)s::smallint::text))
             FROM (SELECT %(notify_channel)s::text AS ch) AS c WHERE ch IS NOT NULL)
 ) AS per_key_lock;
 

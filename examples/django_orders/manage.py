@@ -1,0 +1,19 @@
+"""Django's command line for the example: `python -m examples.django_orders.manage migrate`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    os.environ.setdefault(
+        "DJANGO_SETTINGS_MODULE", "examples.django_orders.orders_project.settings"
+    )
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

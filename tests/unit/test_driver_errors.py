@@ -1,0 +1,62 @@
+"""classify on asyncpg's exceptions (built here; their SQLSTATE is a class attribute) and on
+the wrappers around a driver's exception. Real server errors of every driver are raised
+against Postgres in tests/integration (test_emit, test_consumer)."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from sqlalchemy import exc as sa_exc
+
+from outbox_core.driver_errors import classify
+from outbox_core.errors import DatabaseError, MigrationError, UniqueViolation
+
+
+@pytest.mark.parametrize(
+    ("error", "retriable"),
+    [
+        (asyncpg.exceptions.DeadlockDetectedError("deadlock detected"), True),
+        (asyncpg.exceptions.SerializationError("could not serialize"), True),
+        (asyncpg.exceptions.AdminShutdownError("terminating connection"), True),
+        (asyncpg.exceptions.TooManyConnectionsError("too many clients"), True),
+        (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"), True),
+        (asyncpg.exceptions.ConnectionFailureError("connection failure"), True),  # class 08
+        (asyncpg.exceptions.DataError("invalid input for query argument $1"), False),
+        (asyncpg.exceptions.InterfaceError("another operation is in progress"), False),
+        (asyncpg.exceptions.DivisionByZeroError("division by zero"), False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_asyncpg_errors_are_retriable_by_sqlstate(error: Exception, retriable: bool) -> None:
+    ours = classify(error)
+    assert type(ours) is DatabaseError
+    assert ours.retriable is retriable
+    assert ours.sqlstate == getattr(error, "sqlstate", None)
+
+
+def test_asyncpg_unique_violation_and_missing_table() -> None:
+    assert isinstance(classify(asyncpg.exceptions.UniqueViolationError("dup")), UniqueViolation)
+    missing = classify(asyncpg.exceptions.UndefinedTableError('relation "x" does not exist'))
+    assert isinstance(missing, MigrationError)
+    assert "migrate" in str(missing)
+
+
+def test_the_driver_error_is_found_inside_sqlalchemy_and_django_style_wrappers() -> None:
+    inner = asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+
+    class AdapterError(Exception):  # SQLAlchemy's asyncpg adapter: the driver's as __cause__
+        pass
+
+    adapted = AdapterError("deadlock detected")
+    adapted.__cause__ = inner
+    wrapped = sa_exc.OperationalError("SELECT 1", {}, adapted)
+    assert classify(wrapped).retriable
+    assert classify(wrapped).sqlstate == "40P01"  # type: ignore[attr-defined]
+
+    django_style = RuntimeError("deadlock detected")
+    django_style.__cause__ = inner
+    assert classify(django_style).retriable
+
+
+def test_an_unknown_exception_is_not_retriable() -> None:
+    assert not classify(ValueError("nope")).retriable
