@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import psycopg
-
 from outbox_core.database_url import SQLITE_BUSY_TIMEOUT_S, DatabaseUrl, Dialect
 from outbox_core.errors import ConfigurationError, DatabaseError, MigrationError, UnknownMigration
 from outbox_core.executors import (
@@ -39,11 +37,9 @@ from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS
 
 DEFAULT_SHARD_COUNT = 16  # what 0001_initial.sql records
 # What a migration raises when what it creates is already there: time to compare.
-_ALREADY_THERE = (
-    psycopg.errors.DuplicateTable,
-    psycopg.errors.DuplicateColumn,
-    psycopg.errors.DuplicateObject,
-)
+# SQLSTATEs, not psycopg's classes: importing psycopg here would make every producer_lib
+# import need it, psycopg2-only services included.
+_ALREADY_THERE = frozenset({"42P07", "42701", "42710"})  # duplicate table, column, object
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -170,7 +166,9 @@ def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationRepo
                         # No parameters: psycopg sends the file as one simple-protocol script.
                         conn.execute(mig.sql.encode())
                         pg.run(Statement("migration_record", _record(mig)))
-                except _ALREADY_THERE:
+                except Exception as exc:
+                    if getattr(exc, "sqlstate", None) not in _ALREADY_THERE:
+                        raise
                     found = _adopt(conn, known, mig)
                     done |= set(found)
                     adopted += found
