@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from consumer_lib.dead_letters import DeadLetterRow
 from consumer_lib.errors import is_transient
 from consumer_lib.work import Handler, Job, Work, run_async, run_sync
 from outbox_core.codec import codec_for
@@ -19,6 +20,7 @@ from outbox_core.database_url import Dialect
 from outbox_core.executors import (
     AsyncPsycopgExecutor,
     AsyncSqlAlchemyExecutor,
+    Rows,
     SqlAlchemyExecutor,
     Statement,
     sqlalchemy_dialect,
@@ -27,6 +29,7 @@ from outbox_core.pg_pool import reconnecting_pool, sweep
 
 __all__ = [
     "Database",
+    "DeadLetterRow",
     "Handler",
     "PsycopgAsync",
     "SqlAlchemyAsync",
@@ -55,15 +58,29 @@ class Database(Protocol):
         had recorded it. With event_id None the handler runs without dedup."""
         ...
 
-    async def purge(self, retention_s: float, limit: int) -> int: ...
+    async def purge(self, group: str, retention_s: float, limit: int) -> int:
+        """Delete up to `limit` of the group's rows older than retention_s (other groups'
+        rows are theirs to purge, by their own retention); returns how many went."""
+        ...
+
+    async def keep_dead_letter(self, letter: DeadLetterRow) -> None:
+        """Keep a record its dead-letter topic can never take in consumer_dead_letters
+        (once: a second copy of the same record is ignored)."""
+        ...
 
     async def close(self) -> None: ...
 
 
-class _ApplyOne:
-    """Database.apply for every adapter: a Work of one event through its apply_work."""
+class _Adapter:
+    """What every adapter does the same way: apply through apply_work, and the
+    statements of its own transaction (purge, dead-letter rows) through _execute."""
+
+    dialect: Dialect
 
     async def apply_work(self, work: Work) -> None:
+        raise NotImplementedError
+
+    async def _execute(self, statement: Statement) -> Rows:
         raise NotImplementedError
 
     async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
@@ -71,14 +88,19 @@ class _ApplyOne:
         await self.apply_work(work)
         return work.applied[0]
 
+    async def purge(self, group: str, retention_s: float, limit: int) -> int:
+        params = {
+            "consumer_group": group,
+            "retention_s": codec_for(self.dialect).seconds(retention_s),
+            "limit": limit,
+        }
+        return len(await self._execute(Statement("processed_event_purge", params)))
 
-def _purge(dialect: Dialect, retention_s: float, limit: int) -> Statement:
-    """Deletes up to `limit` rows older than retention_s; one row back per row deleted."""
-    params = {"retention_s": codec_for(dialect).seconds(retention_s), "limit": limit}
-    return Statement("processed_event_purge", params)
+    async def keep_dead_letter(self, letter: DeadLetterRow) -> None:
+        await self._execute(Statement("consumer_dead_letter_insert", letter.params()))
 
 
-class SqlAlchemyAsync(_ApplyOne):
+class SqlAlchemyAsync(_Adapter):
     """Handlers get an AsyncSession inside `session.begin()`."""
 
     async_handlers = True
@@ -94,16 +116,15 @@ class SqlAlchemyAsync(_ApplyOne):
         async with self._sessions() as session, session.begin():
             await run_async(work, AsyncSqlAlchemyExecutor(await session.connection()), session)
 
-    async def purge(self, retention_s: float, limit: int) -> int:
+    async def _execute(self, statement: Statement) -> Rows:
         async with self.engine.begin() as conn:
-            executor = AsyncSqlAlchemyExecutor(conn)
-            return len(await executor.run(_purge(self.dialect, retention_s, limit)))
+            return await AsyncSqlAlchemyExecutor(conn).run(statement)
 
     async def close(self) -> None:
         await self.engine.dispose()
 
 
-class SqlAlchemySync(_ApplyOne):
+class SqlAlchemySync(_Adapter):
     """Sync handlers get a Session inside `session.begin()`, run in a worker thread."""
 
     async_handlers = False
@@ -122,18 +143,18 @@ class SqlAlchemySync(_ApplyOne):
     async def apply_work(self, work: Work) -> None:
         await asyncio.to_thread(self._apply_work, work)
 
-    def _purge(self, retention_s: float, limit: int) -> int:
+    def _execute_sync(self, statement: Statement) -> Rows:
         with self.engine.begin() as conn:
-            return len(SqlAlchemyExecutor(conn).run(_purge(self.dialect, retention_s, limit)))
+            return SqlAlchemyExecutor(conn).run(statement)
 
-    async def purge(self, retention_s: float, limit: int) -> int:
-        return await asyncio.to_thread(self._purge, retention_s, limit)
+    async def _execute(self, statement: Statement) -> Rows:
+        return await asyncio.to_thread(self._execute_sync, statement)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.engine.dispose)
 
 
-class PsycopgAsync(_ApplyOne):
+class PsycopgAsync(_Adapter):
     """Handlers get a psycopg AsyncConnection inside `conn.transaction()` (Postgres)."""
 
     dialect: Dialect = "postgres"
@@ -172,11 +193,10 @@ class PsycopgAsync(_ApplyOne):
         draw one more broken connection."""
         await sweep(self._pool)
 
-    async def purge(self, retention_s: float, limit: int) -> int:
+    async def _execute(self, statement: Statement) -> Rows:
         await self._ready()
         async with self._pool.connection() as conn, conn.transaction():
-            executor = AsyncPsycopgExecutor(conn)
-            return len(await executor.run(_purge(self.dialect, retention_s, limit)))
+            return await AsyncPsycopgExecutor(conn).run(statement)
 
     async def close(self) -> None:
         await self._pool.close()  # a no-op on a pool never opened

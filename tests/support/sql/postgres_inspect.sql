@@ -91,3 +91,10 @@ SELECT percentile_disc(%(q)s) WITHIN GROUP (ORDER BY id) FROM outbox_events;
 
 -- name: server_setting
 SELECT current_setting(%(name)s);
+
+-- name: outbox_headers_forge
+-- A row's headers naming the relay's own headers, as a writer other than producer_lib
+-- (which refuses them) could store them.
+UPDATE outbox_events
+SET headers = headers || jsonb_build_object(
+    'event_id', %(forged)s::text, 'EVENT_TYPE', 'Forged', 'x-user', 'kept');
