@@ -25,6 +25,7 @@ from outbox_core.executors import (
     Statement,
     sqlalchemy_dialect,
 )
+from outbox_core.logs import url_secrets
 from outbox_core.pg_pool import reconnecting_pool, sweep
 
 __all__ = [
@@ -99,6 +100,18 @@ class _Adapter:
     async def keep_dead_letter(self, letter: DeadLetterRow) -> None:
         await self._execute(Statement("consumer_dead_letter_insert", letter.params()))
 
+    def secrets(self) -> list[str]:
+        """What must never be logged: the database URL and its password."""
+        return []
+
+
+def _engine_secrets(engine: Any) -> list[str]:
+    url = engine.url
+    return [
+        *url_secrets(url.render_as_string(hide_password=False)),
+        *([str(url.password)] if url.password else []),
+    ]
+
 
 class SqlAlchemyAsync(_Adapter):
     """Handlers get an AsyncSession inside `session.begin()`."""
@@ -111,6 +124,9 @@ class SqlAlchemyAsync(_Adapter):
         self.engine = engine
         self.dialect = sqlalchemy_dialect(engine.sync_engine)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    def secrets(self) -> list[str]:
+        return _engine_secrets(self.engine.sync_engine)
 
     async def apply_work(self, work: Work) -> None:
         async with self._sessions() as session, session.begin():
@@ -135,6 +151,9 @@ class SqlAlchemySync(_Adapter):
         self.engine = engine
         self.dialect = sqlalchemy_dialect(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    def secrets(self) -> list[str]:
+        return _engine_secrets(self.engine)
 
     def _apply_work(self, work: Work) -> None:
         with self._sessions() as session, session.begin():
@@ -169,6 +188,10 @@ class PsycopgAsync(_Adapter):
         # docs/benchmarks.md). A connection that broke fails its transaction as a transient
         # error, the record is retried, and the failure path sweeps the pool (_sweep).
         self._pool = reconnecting_pool(conninfo, max_size=max_connections, timeout=pool_timeout_s)
+        self._conninfo = conninfo
+
+    def secrets(self) -> list[str]:
+        return url_secrets(self._conninfo)
 
     async def _ready(self) -> None:
         # Not open(wait=True): a pool whose first connection times out closes for good, and

@@ -21,7 +21,13 @@ from outbox_core.database_url import DatabaseUrl
 from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.migrate import migrate
 from relay import cli_admin
-from relay.config import field_help, load_settings, settings_fields, unknown_env_names
+from relay.config import (
+    ENV_PREFIX,
+    field_help,
+    load_settings,
+    settings_fields,
+    unknown_env_names,
+)
 from relay.errors import RelayConfigError, StartupRefused
 
 EXIT_OK = 0
@@ -127,6 +133,44 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def _secret_flags(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The flags given that carry a secret, each with what to use instead."""
+    if args.command != "run":
+        url = getattr(args, "database_url", None)
+        return [("--database-url", "OUTBOX_DATABASE_URL")] if _has_password(url) else []
+    fields = settings_fields()
+    names = {field.name for field in fields}
+    found = []
+    for field in fields:
+        value = getattr(args, field.name, None)
+        if value is None:
+            continue
+        if field.name.endswith("url"):
+            secret = _has_password(value)  # a database file's path is no secret
+        else:
+            secret = "SecretStr" in str(field.info.annotation)
+        if secret:
+            instead = field.env(ENV_PREFIX)
+            if f"{field.name}_file" in names:
+                instead += f" or {ENV_PREFIX}{field.name.upper()}_FILE"
+            found.append((field.flag, instead))
+    return found
+
+
+def _has_password(url: object) -> bool:
+    return isinstance(url, str) and bool(logs.url_secrets(url)[1:])
+
+
+def _warn_secret_flags(args: argparse.Namespace) -> None:
+    for flag, instead in _secret_flags(args):
+        print(
+            f"outbox-relay: warning: {flag} puts a secret on the command line, where other "
+            f"users of this machine can read it (ps, /proc/<pid>/cmdline); set {instead} "
+            "instead",
+            file=sys.stderr,
+        )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from relay.heap import tune_collector
     from relay.service import RelayService
@@ -170,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     logs.install_excepthook()  # an unexpected traceback is redacted too
+    _warn_secret_flags(args)
     try:
         if args.command == "run":
             return _cmd_run(args)

@@ -19,8 +19,8 @@ import yaml
 
 from tests.deployment.support import (
     CHART,
-    PLACEHOLDER_POD_IP,
     KUBE_VERSION,
+    PLACEHOLDER_POD_IP,
     ROOT,
     Rendered,
     assert_env_is_relay_settings,

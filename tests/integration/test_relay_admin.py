@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.db import Backend
+from tests.support.db import Backend, postgres_backend
 from tests.support.ops import cli, cli_on_terminal, output, park, publish, rows
 from tests.support.stores import emit, event
 
@@ -142,3 +143,23 @@ async def test_strings_from_the_outbox_are_printed_with_escape_sequences_neutral
         assert raw not in done.stdout
     assert "k\\x1b]0;owned\\x07" in done.stdout
     assert "boom\\x1b[2J" in done.stdout
+
+
+def test_a_password_given_as_a_flag_gets_a_warning_and_the_environment_none(pg_url: str) -> None:
+    """--database-url with a password is visible to every local user (ps): the command
+    still runs, and says so; the same URL from the environment gets no warning."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    assert urlsplit(pg_url).password, "the test database URL has a password"
+    flagged = cli("status", "--database-url", pg_url)
+    from_env = cli("status", env=_db(backend))
+    assert flagged.returncode == 0, output(flagged)
+    assert "warning: --database-url puts a secret on the command line" in flagged.stderr
+    assert "OUTBOX_DATABASE_URL" in flagged.stderr
+    assert urlsplit(pg_url).password not in flagged.stderr
+    assert from_env.returncode == 0, output(from_env)
+    assert "warning" not in from_env.stderr
+    run = cli("run", "--kafka-sasl-password", "flagged-secret-value", env=_db(backend))
+    assert "warning: --kafka-sasl-password puts a secret on the command line" in run.stderr
+    assert "OUTBOX_KAFKA_SASL_PASSWORD_FILE" in run.stderr
+    assert "flagged-secret-value" not in run.stderr

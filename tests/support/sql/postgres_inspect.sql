@@ -98,3 +98,11 @@ SELECT current_setting(%(name)s);
 UPDATE outbox_events
 SET headers = headers || jsonb_build_object(
     'event_id', %(forged)s::text, 'EVENT_TYPE', 'Forged', 'x-user', 'kept');
+
+-- name: notify_listener_pid
+SELECT pid FROM pg_stat_activity
+WHERE application_name = 'outbox-relay-notify' AND datname = current_database();
+
+-- name: notify_send
+-- Any role may NOTIFY the relay's channel, with any payload.
+SELECT pg_notify(%(channel)s, %(payload)s);
