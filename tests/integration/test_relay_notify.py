@@ -85,7 +85,7 @@ async def test_without_the_hint_an_idle_relay_waits(
 async def test_malformed_notify_payloads_are_ignored_and_the_listener_keeps_its_connection(
     pg_url: str, kafka_bootstrap: str, new_topic: TopicFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """"²" passes str.isdigit() and fails int(): like any payload that is not a shard
+    """ "²" passes str.isdigit() and fails int(): like any payload that is not a shard
     number, it is logged and ignored; the listener neither dies nor reconnects, and the
     next real hint still wakes the relay."""
     backend = postgres_backend(pg_url)
