@@ -87,7 +87,7 @@ async def keep_in_table(
     database: Database,
     supervisor: Supervisor,
     row: DeadLetterRow,
-    reason: DeadLetterFailure | str,
+    reason: DeadLetterFailure,
     *,
     retriable: Callable[[BaseException], bool],
 ) -> None:
@@ -105,7 +105,7 @@ async def keep_in_table(
             "topic": row.topic,
             "partition": row.partition,
             "offset": row.offset,
-            "reason": reason.value if isinstance(reason, DeadLetterFailure) else reason,
+            "reason": reason.value,
             "error": first_line(row.error),
             "refused": first_line(row.refused),
         },

@@ -66,6 +66,7 @@ class DeadLetterFailure(enum.Enum):
     TOO_LARGE = "too_large"  # the record and its dead-letter headers pass a size limit
     INVALID_TOPIC = "invalid_topic"  # the dead-letter topic's name is not a valid one
     NOT_AUTHORIZED = "not_authorized"  # the consumer may not write to it
+    REFUSED = "refused"  # a stream Redis refuses to add to (no permission, another type)
 
 
 _NEVER_TAKEN: tuple[tuple[type[KafkaError], DeadLetterFailure], ...] = (

@@ -38,7 +38,7 @@ from aiokafka import TopicPartition
 from consumer_lib.app import ConsumerApp
 from consumer_lib.apply import Abandon, ApplyPolicy, Outcome
 from consumer_lib.dead_letters import DeadLetterRow, keep_in_table
-from consumer_lib.errors import ConsumerConfigError, is_transient
+from consumer_lib.errors import ConsumerConfigError, DeadLetterFailure, is_transient
 from consumer_lib.event import SourceRecord
 from consumer_lib.redis_entries import EntryRecord, dead_letter_fields, entry_millis, entry_record
 from consumer_lib.redis_metrics import RedisOutcomes, RedisSourceMetrics
@@ -284,7 +284,11 @@ class RedisSource:
                 refused,
             )
             await keep_in_table(
-                self.app.database, self.supervisor, row, "refused", retriable=is_transient
+                self.app.database,
+                self.supervisor,
+                row,
+                DeadLetterFailure.REFUSED,
+                retriable=is_transient,
             )
             self.stats.dead_letters_kept += 1
             self.metrics.dead_letters_kept.labels(stream).inc()
