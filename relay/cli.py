@@ -28,6 +28,7 @@ from relay.config import (
     settings_fields,
     unknown_env_names,
 )
+from relay.database import read_url_file
 from relay.errors import RelayConfigError, StartupRefused
 
 EXIT_OK = 0
@@ -36,16 +37,28 @@ EXIT_USAGE = 2
 
 
 def _database_url(value: str | None) -> str:
-    url = value or os.environ.get("OUTBOX_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    url = value or _url_from_file() or os.environ.get("OUTBOX_DATABASE_URL")
+    url = url or os.environ.get("DATABASE_URL")
     if not url:
         raise ConfigurationError(
-            "no database: pass --database-url or set OUTBOX_DATABASE_URL (or DATABASE_URL)"
+            "no database: set OUTBOX_DATABASE_URL_FILE or OUTBOX_DATABASE_URL (or "
+            "DATABASE_URL), or pass --database-url"
         )
     # Driver errors may quote parts of the URL (libpq echoes an undecodable password):
     # whatever this command prints is redacted against it.
     logs.add_secrets(logs.url_secrets(url))
     DatabaseUrl.parse(url)  # fail on a malformed URL before connecting
     return url
+
+
+def _url_from_file() -> str | None:
+    path = os.environ.get("OUTBOX_DATABASE_URL_FILE")
+    if not path:
+        return None
+    try:
+        return read_url_file(path)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -62,7 +75,8 @@ def _add_database(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
-        help="postgresql://... or sqlite:///path (env OUTBOX_DATABASE_URL, then DATABASE_URL)",
+        help="postgresql://... or sqlite:///path (better: env OUTBOX_DATABASE_URL_FILE, "
+        "OUTBOX_DATABASE_URL, then DATABASE_URL: a flag is visible to every local user)",
     )
 
 
@@ -137,7 +151,8 @@ def _secret_flags(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The flags given that carry a secret, each with what to use instead."""
     if args.command != "run":
         url = getattr(args, "database_url", None)
-        return [("--database-url", "OUTBOX_DATABASE_URL")] if _has_password(url) else []
+        instead = "OUTBOX_DATABASE_URL_FILE or OUTBOX_DATABASE_URL"
+        return [("--database-url", instead)] if _has_password(url) else []
     fields = settings_fields()
     names = {field.name for field in fields}
     found = []

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from relay.config import load_settings
 from tests.support.db import Backend, postgres_backend
 from tests.support.ops import cli, cli_on_terminal, output, park, publish, rows
 from tests.support.stores import emit, event
@@ -164,3 +166,24 @@ def test_a_password_given_as_a_flag_gets_a_warning_and_the_environment_none(pg_u
     assert "warning: --kafka-sasl-password puts a secret on the command line" in run.stderr
     assert "OUTBOX_KAFKA_SASL_PASSWORD_FILE" in run.stderr
     assert "flagged-secret-value" not in run.stderr
+
+
+def test_the_database_url_can_come_from_a_file(pg_url: str, tmp_path: Path) -> None:
+    """OUTBOX_DATABASE_URL_FILE (a mounted secret) serves the operator commands and `run`'s
+    settings alike; a file that cannot be read is a configuration error, exit 2."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    secret = tmp_path / "database-url"
+    secret.write_text(pg_url + "\n")
+    done = cli("status", "--json", env={"OUTBOX_DATABASE_URL_FILE": str(secret)})
+    assert done.returncode == 0, output(done)
+    assert json.loads(done.stdout)["shard_count"] == 16
+    missing = cli("status", env={"OUTBOX_DATABASE_URL_FILE": str(tmp_path / "nope")})
+    assert missing.returncode == 2, output(missing)
+    assert "cannot read the database URL file" in missing.stderr
+    settings = load_settings(
+        database_url_file=str(secret),
+        kafka_bootstrap_servers="127.0.0.1:9092",
+        kafka_security_protocol="PLAINTEXT",
+    )
+    assert settings.database.database_url.get_secret_value() == pg_url
