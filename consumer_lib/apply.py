@@ -9,24 +9,29 @@ then settled; only stopping, or its partition being revoked, while it still fail
 it (Abandon) for the next owner: a rebalance never waits for a database that is away.
 A batch is retried whole on transient failures; on a handler failure it reports so and
 the caller re-applies its records one at a time (consumer_lib.batch_apply).
+
+The Kafka consumer and the Redis Streams source both run it: a source gives it records
+(SourceRecord), where its outcomes go (Outcomes), its dead-letter destination
+(DeadLetterSink) and whether it still owns a record's partition (Ownership).
 """
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
-from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka import TopicPartition
 
 from consumer_lib.app import ConsumerApp, Registration
-from consumer_lib.dead_letters import DeadLetters
 from consumer_lib.errors import PoisonRecord, is_transient
-from consumer_lib.event import ConsumedEvent, decode
-from consumer_lib.observer import ConsumerObserver
-from consumer_lib.offsets import Offsets
+from consumer_lib.event import ConsumedEvent, SourceRecord, decode
 from consumer_lib.work import Job, Work
+from outbox_core.backoff import Backoff
 from outbox_core.driver_errors import first_line
 from outbox_core.supervisor import Supervisor
 
@@ -38,11 +43,44 @@ class Abandon(Exception):
     the next owner."""
 
 
+class Outcome(enum.Enum):
+    """What became of a record the policy processed."""
+
+    APPLIED = "applied"  # its transaction committed (a duplicate counts: applied before)
+    SKIPPED = "skipped"
+    DEAD_LETTERED = "dead_lettered"
+
+
+class Outcomes(Protocol):
+    """Where the policy reports what happened (stats and metrics of the source)."""
+
+    def applied(self, topic: str, elapsed_s: float, events: int = 1) -> None: ...
+    def duplicate(self, topic: str, elapsed_s: float, events: int = 1) -> None: ...
+    def transient_failure(self) -> None: ...
+    def handler_failure(self) -> None: ...
+    def skipped(self) -> None: ...
+
+
+class DeadLetterSink(Protocol):
+    async def send(self, record: SourceRecord, error: BaseException) -> None:
+        """Put the record where dead letters go; returns once it is there for good."""
+        ...
+
+
+class Ownership(Protocol):
+    """Whether the source still owns a partition; `revoking` is set while it gives some
+    up, waking the back-offs."""
+
+    @property
+    def revoking(self) -> asyncio.Event: ...
+    def taking(self, tp: TopicPartition) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A decoded record with its handler: ready to apply."""
 
-    record: ConsumerRecord
+    record: SourceRecord
     event: ConsumedEvent
     registration: Registration
 
@@ -60,7 +98,7 @@ class Prepared:
 class Settle:
     """A record not to apply: dead-letter it (error) or skip it (None)."""
 
-    record: ConsumerRecord
+    record: SourceRecord
     error: PoisonRecord | None
 
 
@@ -70,9 +108,9 @@ class ApplyPolicy:
         app: ConsumerApp,
         *,
         supervisor: Supervisor,
-        observer: ConsumerObserver,
-        dead_letters: DeadLetters,
-        offsets: Offsets,
+        observer: Outcomes,
+        dead_letters: DeadLetterSink,
+        offsets: Ownership,
     ) -> None:
         self.app = app
         self.settings = app.settings
@@ -85,24 +123,25 @@ class ApplyPolicy:
         """Whether work on the partition may go on: not stopping, not being revoked."""
         return not self._sup.stopping.is_set() and self._offsets.taking(tp)
 
-    async def process(self, record: ConsumerRecord) -> None:
+    async def process(self, record: SourceRecord) -> Outcome:
         """Apply the record, or settle it otherwise (skipped, dead-lettered).
 
         Raises Abandon when the consumer stops, or the partition goes, while the record is
         still failing."""
         found = self.examine(record)
         if isinstance(found, Settle):
-            await self.settle(found)
-        else:
-            await self.apply_one(found)
+            return await self.settle(found)
+        return await self.apply_one(found)
 
-    def examine(self, record: ConsumerRecord) -> Prepared | Settle:
+    def examine(self, record: SourceRecord) -> Prepared | Settle:
         """What to do with the record; nothing done yet."""
         s = self.settings
         try:
             event = decode(record)
         except PoisonRecord as exc:
             return Settle(record, exc)
+        except Exception as exc:  # decode wraps what it raises; this guards the rest
+            return Settle(record, PoisonRecord(f"cannot be decoded: {first_line(exc)}"))
         if event.event_id is None and s.missing_event_id != "process":
             if s.missing_event_id == "dead_letter":
                 return Settle(record, PoisonRecord("record has no event_id header"))
@@ -114,24 +153,25 @@ class ApplyPolicy:
             return Settle(record, None)
         return Prepared(record, event, registration)
 
-    async def settle(self, settle: Settle) -> None:
+    async def settle(self, settle: Settle) -> Outcome:
         if settle.error is None:
             self._observer.skipped()
-        else:
-            await self._dead_letters.send(settle.record, settle.error)
+            return Outcome.SKIPPED
+        await self._dead_letters.send(settle.record, settle.error)
+        return Outcome.DEAD_LETTERED
 
-    async def apply_one(self, item: Prepared) -> None:
+    async def apply_one(self, item: Prepared) -> Outcome:
         """Apply one record in a transaction of its own, retrying; dead-letter it after
         max_attempts handler failures."""
         record, s = item.record, self.settings
         tp = TopicPartition(record.topic, record.partition)
         failures = 0
-        delay = s.backoff_base_s
+        backoff = self._backoff_of()
         while True:
             work = Work(s.group_id, [item.job()])
             try:
                 await self._attempt(work, [item])
-                return
+                return Outcome.APPLIED
             except Exception as exc:
                 if is_transient(exc):
                     self._transient(exc, record)
@@ -140,7 +180,7 @@ class ApplyPolicy:
                     self._observer.handler_failure()
                     if failures >= s.max_attempts:
                         await self._dead_letters.send(record, exc)
-                        return
+                        return Outcome.DEAD_LETTERED
                     log.warning(
                         "handler failed; retrying",
                         extra={
@@ -149,14 +189,14 @@ class ApplyPolicy:
                             "error": first_line(exc),
                         },
                     )
-                delay = await self._backoff(tp, delay, exc)
+                await self._backoff(tp, backoff, exc)
 
     async def apply_batch(self, items: list[Prepared]) -> bool:
         """Apply the records in one transaction, retrying transient failures; False (all
         rolled back) when a handler failed: re-apply them one at a time."""
         record = items[0].record
         tp = TopicPartition(record.topic, record.partition)
-        delay = self.settings.backoff_base_s
+        backoff = self._backoff_of()
         while True:
             work = Work(self.settings.group_id, [item.job() for item in items])
             try:
@@ -174,7 +214,7 @@ class ApplyPolicy:
                     )
                     return False
                 self._transient(exc, record)
-                delay = await self._backoff(tp, delay, exc)
+                await self._backoff(tp, backoff, exc)
 
     async def _attempt(self, work: Work, items: list[Prepared]) -> None:
         started = time.perf_counter()
@@ -191,22 +231,24 @@ class ApplyPolicy:
             else:
                 self._observer.duplicate(topic, elapsed, events)
 
-    def _transient(self, exc: Exception, record: ConsumerRecord) -> None:
+    def _transient(self, exc: Exception, record: SourceRecord) -> None:
         self._observer.transient_failure()
         log.warning(
             "transient failure; retrying",
             extra={"topic": record.topic, "offset": record.offset, "error": first_line(exc)},
         )
 
-    async def _backoff(self, tp: TopicPartition, delay: float, exc: Exception) -> float:
+    def _backoff_of(self) -> Backoff:
+        return Backoff(self.settings.backoff_base_s, self.settings.backoff_max_s)
+
+    async def _backoff(self, tp: TopicPartition, backoff: Backoff, exc: Exception) -> None:
         """Sleep before the next try, cut short by stopping or a revocation; raises Abandon
-        when the partition's work must stop. Returns the next delay."""
+        when the partition's work must stop."""
         if not self.holding(tp):
             raise Abandon from exc
         revoking = self._offsets.revoking
         # Woken by a revocation that starts meanwhile; one already under way (of other
         # partitions: aiokafka revokes all at once) would wake it at once, every time.
-        await self._sup.sleep(delay, *(() if revoking.is_set() else (revoking,)))
+        await self._sup.sleep(backoff.next_s(), *(() if revoking.is_set() else (revoking,)))
         if not self.holding(tp):
             raise Abandon from exc
-        return min(delay * 2, self.settings.backoff_max_s)

@@ -7,6 +7,11 @@ imports without being installed. Settings flags (--group-id, --kafka-security-pr
 ...) mirror the OUTBOX_CONSUMER_* variables and reach the app through
 ConsumerSettings.from_env(). Exit codes: 0 stopped cleanly, 2 the import path, the app or
 its configuration is invalid.
+
+Secrets stay in the app (its settings and database) or the environment, never on this
+command line. Every log line is redacted against the app's secrets (its database URL and
+password, the Kafka SASL and key passwords) and the database URLs in the environment
+(DATABASE_URL, OUTBOX_DATABASE_URL), as the relay's are.
 """
 
 from __future__ import annotations
@@ -52,6 +57,18 @@ def add_app_dir(app_dir: str) -> str:
     return resolved
 
 
+def app_secrets(app: ConsumerApp) -> list[str]:
+    """The values of the app that must never be logged."""
+    security = app.settings.security
+    found = (
+        [s for s in (security.sasl_password, security.ssl_key_password) if s] if security else []
+    )
+    database_secrets = getattr(app.database, "secrets", None)
+    if callable(database_secrets):
+        found += database_secrets()
+    return found
+
+
 def load_app(path: str) -> Any:
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
@@ -69,7 +86,9 @@ def load_app(path: str) -> Any:
 
 
 async def _main(target: Any) -> None:
-    await run_consumer(await _resolve(target))
+    app = await _resolve(target)
+    logs.add_secrets(app_secrets(app))
+    await run_consumer(app)
 
 
 async def _resolve(target: Any) -> ConsumerApp:
@@ -179,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConsumerConfigError as exc:
         print(f"outbox-consumer: {exc}", file=sys.stderr)
         return 2
-    logs.configure(level, json_lines)
+    environment = [os.environ.get(n) for n in ("DATABASE_URL", "OUTBOX_DATABASE_URL")]
+    logs.configure(level, json_lines, [s for url in environment for s in logs.url_secrets(url)])
     set_flags(_flags(args))
     unknown = unknown_env_names()
     if unknown:
@@ -192,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(_main(target))
     except ConsumerConfigError as exc:
         log.error("cannot start: %s", exc)
-        print(f"outbox-consumer: {exc}", file=sys.stderr)
+        print("outbox-consumer: " + logs.redact(str(exc)), file=sys.stderr)
         return 2
     return 0
 

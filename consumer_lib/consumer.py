@@ -34,7 +34,7 @@ from consumer_lib.app import ConsumerApp
 from consumer_lib.apply import ApplyPolicy
 from consumer_lib.batch_apply import PartitionApply
 from consumer_lib.dead_letters import DeadLetters
-from consumer_lib.errors import ConsumerConfigError, kafka_retriable
+from consumer_lib.errors import ConsumerConfigError, is_transient, kafka_retriable
 from consumer_lib.event import ConsumedEvent
 from consumer_lib.observer import ConsumerObserver, ConsumerStats
 from consumer_lib.offsets import Offsets
@@ -60,6 +60,7 @@ class Consumer:
         self.ops: OpsServer | None = None
         self._kafka: AIOKafkaConsumer | None = None
         self._offsets: Offsets | None = None
+        self._dead_letters: DeadLetters | None = None
 
     def stop(self) -> None:
         self.supervisor.stop()
@@ -67,7 +68,13 @@ class Consumer:
     # ------------------------------------------------------------------ health
 
     def healthz(self) -> Probe:
-        """Alive: the fetch loop (or the record being processed) ticked recently."""
+        """Alive: the fetch loop (or the record being processed) ticked recently, and no
+        partition is stuck (its dead-letter send refused for longer than stall_after_s)."""
+        stuck = (
+            self._dead_letters.stuck(self.settings.stall_after_s) if self._dead_letters else None
+        )
+        if stuck is not None:
+            return Probe(False, f"stuck: {stuck}")
         return self.supervisor.healthz(self.settings.stall_after_s)
 
     def readyz(self) -> Probe:
@@ -108,7 +115,14 @@ class Consumer:
             isolation_level="read_committed",
             **kafka_options(s),
         )
-        dead_letters = DeadLetters(s, self.app.topics, supervisor=sup, observer=self.observer)
+        dead_letters = self._dead_letters = DeadLetters(
+            s,
+            self.app.topics,
+            supervisor=sup,
+            observer=self.observer,
+            database=self.app.database,
+            transient=is_transient,
+        )
         try:
             await sup.retry("kafka start", kafka.start, kafka_retriable)
             await dead_letters.start()
@@ -224,11 +238,12 @@ class Consumer:
             self.observer.lag(tp, max(0, int(highwater) - int(position)))
 
     async def _purge(self) -> None:
-        """Delete processed_events rows older than retention_s, purge_batch_size at a time."""
+        """Delete this group's processed_events rows older than retention_s, purge_batch_size
+        at a time."""
         s = self.settings
         removed = s.purge_batch_size
         while removed >= s.purge_batch_size:  # a full batch: there may be more
-            removed = await self.app.database.purge(s.retention_s, s.purge_batch_size)
+            removed = await self.app.database.purge(s.group_id, s.retention_s, s.purge_batch_size)
 
 
 def _purge_failed(exc: Exception) -> None:

@@ -17,6 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from consumer_lib.dead_letters import DeadLetterRow
 from consumer_lib.errors import is_transient
 from consumer_lib.work import Handler, Job, Work, run_async, run_sync
 from outbox_core.codec import codec_for
@@ -25,14 +26,17 @@ from outbox_core.executors import (
     AsyncPsycopgExecutor,
     AsyncSqlAlchemyExecutor,
     DjangoExecutor,
+    Rows,
     SqlAlchemyExecutor,
     Statement,
     django_driver,
     sqlalchemy_dialect,
 )
+from outbox_core.logs import url_secrets
 
 __all__ = [
     "Database",
+    "DeadLetterRow",
     "DjangoSync",
     "Handler",
     "PsycopgAsync",
@@ -62,15 +66,29 @@ class Database(Protocol):
         had recorded it. With event_id None the handler runs without dedup."""
         ...
 
-    async def purge(self, retention_s: float, limit: int) -> int: ...
+    async def purge(self, group: str, retention_s: float, limit: int) -> int:
+        """Delete up to `limit` of the group's rows older than retention_s (other groups'
+        rows are theirs to purge, by their own retention); returns how many went."""
+        ...
+
+    async def keep_dead_letter(self, letter: DeadLetterRow) -> None:
+        """Keep a record its dead-letter topic can never take in consumer_dead_letters
+        (once: a second copy of the same record is ignored)."""
+        ...
 
     async def close(self) -> None: ...
 
 
-class _ApplyOne:
-    """Database.apply for every adapter: a Work of one event through its apply_work."""
+class _Adapter:
+    """What every adapter does the same way: apply through apply_work, and the
+    statements of its own transaction (purge, dead-letter rows) through _execute."""
+
+    dialect: Dialect
 
     async def apply_work(self, work: Work) -> None:
+        raise NotImplementedError
+
+    async def _execute(self, statement: Statement) -> Rows:
         raise NotImplementedError
 
     async def apply(self, group: str, event_id: str | None, call: Handler, event: Any) -> bool:
@@ -78,14 +96,31 @@ class _ApplyOne:
         await self.apply_work(work)
         return work.applied[0]
 
+    async def purge(self, group: str, retention_s: float, limit: int) -> int:
+        params = {
+            "consumer_group": group,
+            "retention_s": codec_for(self.dialect).seconds(retention_s),
+            "limit": limit,
+        }
+        return len(await self._execute(Statement("processed_event_purge", params)))
 
-def _purge(dialect: Dialect, retention_s: float, limit: int) -> Statement:
-    """Deletes up to `limit` rows older than retention_s; one row back per row deleted."""
-    params = {"retention_s": codec_for(dialect).seconds(retention_s), "limit": limit}
-    return Statement("processed_event_purge", params)
+    async def keep_dead_letter(self, letter: DeadLetterRow) -> None:
+        await self._execute(Statement("consumer_dead_letter_insert", letter.params()))
+
+    def secrets(self) -> list[str]:
+        """What must never be logged: the database URL and its password."""
+        return []
 
 
-class SqlAlchemyAsync(_ApplyOne):
+def _engine_secrets(engine: Any) -> list[str]:
+    url = engine.url
+    return [
+        *url_secrets(url.render_as_string(hide_password=False)),
+        *([str(url.password)] if url.password else []),
+    ]
+
+
+class SqlAlchemyAsync(_Adapter):
     """Handlers get an AsyncSession inside `session.begin()`."""
 
     async_handlers = True
@@ -97,20 +132,22 @@ class SqlAlchemyAsync(_ApplyOne):
         self.dialect = sqlalchemy_dialect(engine.sync_engine)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
+    def secrets(self) -> list[str]:
+        return _engine_secrets(self.engine.sync_engine)
+
     async def apply_work(self, work: Work) -> None:
         async with self._sessions() as session, session.begin():
             await run_async(work, AsyncSqlAlchemyExecutor(await session.connection()), session)
 
-    async def purge(self, retention_s: float, limit: int) -> int:
+    async def _execute(self, statement: Statement) -> Rows:
         async with self.engine.begin() as conn:
-            executor = AsyncSqlAlchemyExecutor(conn)
-            return len(await executor.run(_purge(self.dialect, retention_s, limit)))
+            return await AsyncSqlAlchemyExecutor(conn).run(statement)
 
     async def close(self) -> None:
         await self.engine.dispose()
 
 
-class SqlAlchemySync(_ApplyOne):
+class SqlAlchemySync(_Adapter):
     """Sync handlers get a Session inside `session.begin()`, run in a worker thread."""
 
     async_handlers = False
@@ -122,6 +159,9 @@ class SqlAlchemySync(_ApplyOne):
         self.dialect = sqlalchemy_dialect(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
+    def secrets(self) -> list[str]:
+        return _engine_secrets(self.engine)
+
     def _apply_work(self, work: Work) -> None:
         with self._sessions() as session, session.begin():
             run_sync(work, SqlAlchemyExecutor(session.connection()), session)
@@ -129,18 +169,18 @@ class SqlAlchemySync(_ApplyOne):
     async def apply_work(self, work: Work) -> None:
         await asyncio.to_thread(self._apply_work, work)
 
-    def _purge(self, retention_s: float, limit: int) -> int:
+    def _execute_sync(self, statement: Statement) -> Rows:
         with self.engine.begin() as conn:
-            return len(SqlAlchemyExecutor(conn).run(_purge(self.dialect, retention_s, limit)))
+            return SqlAlchemyExecutor(conn).run(statement)
 
-    async def purge(self, retention_s: float, limit: int) -> int:
-        return await asyncio.to_thread(self._purge, retention_s, limit)
+    async def _execute(self, statement: Statement) -> Rows:
+        return await asyncio.to_thread(self._execute_sync, statement)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.engine.dispose)
 
 
-class PsycopgAsync(_ApplyOne):
+class PsycopgAsync(_Adapter):
     """Handlers get a psycopg AsyncConnection inside `conn.transaction()` (Postgres)."""
 
     dialect: Dialect = "postgres"
@@ -157,6 +197,10 @@ class PsycopgAsync(_ApplyOne):
         from outbox_core.pg_pool import reconnecting_pool
 
         self._pool = reconnecting_pool(conninfo, max_size=max_connections, timeout=pool_timeout_s)
+        self._conninfo = conninfo
+
+    def secrets(self) -> list[str]:
+        return url_secrets(self._conninfo)
 
     async def _ready(self) -> None:
         # Not open(wait=True): a pool whose first connection times out closes for good, and
@@ -183,17 +227,16 @@ class PsycopgAsync(_ApplyOne):
 
         await sweep(self._pool)
 
-    async def purge(self, retention_s: float, limit: int) -> int:
+    async def _execute(self, statement: Statement) -> Rows:
         await self._ready()
         async with self._pool.connection() as conn, conn.transaction():
-            executor = AsyncPsycopgExecutor(conn)
-            return len(await executor.run(_purge(self.dialect, retention_s, limit)))
+            return await AsyncPsycopgExecutor(conn).run(statement)
 
     async def close(self) -> None:
         await self._pool.close()  # a no-op on a pool never opened
 
 
-class DjangoSync(_ApplyOne):
+class DjangoSync(_Adapter):
     """Sync handlers get Django's connection (of `using`) inside `transaction.atomic()`,
     run in worker threads of their own: the ORM in a handler writes in the transaction that
     records the event, on the same connection. Postgres backend, psycopg 3 or psycopg2.
@@ -235,16 +278,16 @@ class DjangoSync(_ApplyOne):
     async def apply_work(self, work: Work) -> None:
         await self._in_thread(self._apply_work, work)
 
-    def _purge(self, retention_s: float, limit: int) -> int:
+    def _execute_here(self, statement: Statement) -> Rows:
         from django.db import transaction
 
         wrapper = self._connection()
         with transaction.atomic(using=self.using):
-            return len(DjangoExecutor(wrapper).run(_purge(self.dialect, retention_s, limit)))
+            return DjangoExecutor(wrapper).run(statement)
 
-    async def purge(self, retention_s: float, limit: int) -> int:
-        result: int = await self._in_thread(self._purge, retention_s, limit)
-        return result
+    async def _execute(self, statement: Statement) -> Rows:
+        rows: Rows = await self._in_thread(self._execute_here, statement)
+        return rows
 
     def _close_own(self, everyone: threading.Barrier) -> None:
         from django.db import connections

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from consumer_lib.errors import PoisonRecord
 
@@ -24,6 +25,30 @@ class ConsumedEvent:
     raw: bytes | None = field(default=None, repr=False)
 
 
+class SourceRecord(Protocol):
+    """What the apply policy reads of a record: a Kafka ConsumerRecord, or a stream entry
+    in that shape (consumer_lib.redis_entries)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
+# Headers the relay sets from the row's columns: a second copy is forged.
+_TRUSTED = frozenset({"event_id", "event_type"})
+
+
 def _text(value: bytes | None, what: str) -> str | None:
     if value is None:
         return None
@@ -33,11 +58,25 @@ def _text(value: bytes | None, what: str) -> str | None:
         raise PoisonRecord(f"{what} is not UTF-8") from None
 
 
-def decode(record: Any) -> ConsumedEvent:
-    """aiokafka ConsumerRecord -> ConsumedEvent; PoisonRecord when it cannot be decoded."""
+def decode(record: SourceRecord) -> ConsumedEvent:
+    """aiokafka ConsumerRecord -> ConsumedEvent; PoisonRecord when it cannot be decoded,
+    whatever the decoding raised (RecursionError from deeply nested JSON, say): a record
+    that cannot be read must never stop its partition."""
+    try:
+        return _decode(record)
+    except PoisonRecord:
+        raise
+    except Exception as exc:
+        raise PoisonRecord(f"cannot be decoded: {type(exc).__name__}: {exc}") from None
+
+
+def _decode(record: SourceRecord) -> ConsumedEvent:
     headers: dict[str, str] = {}
     for name, value in record.headers or ():
         text = _text(value, f"header {name!r}")
+        if name in _TRUSTED and name in headers and headers[name] != (text or ""):
+            # Which one is the relay's? Dedup trusts event_id: never guess.
+            raise PoisonRecord(f"header {name!r} appears twice with different values")
         headers[str(name)] = text or ""
     raw_id = headers.get("event_id")
     event_id = None

@@ -34,6 +34,13 @@ class ConsumerMetrics:
             ["topic"],
             registry=r,
         )
+        self.dead_letters_kept = Counter(
+            "outbox_consumer_dead_letters_kept",
+            "Records the dead-letter topic can never take (too large, invalid topic name, not "
+            "authorized), kept in the consumer_dead_letters table instead.",
+            ["topic", "reason"],
+            registry=r,
+        )
         self.handler_latency = Histogram(
             "outbox_consumer_handler_seconds",
             "Time of one successful transaction: dedup insert, handler and commit.",

@@ -19,6 +19,8 @@ class ConsumerStats:
     processed: int = 0
     duplicates: int = 0
     dead_lettered: int = 0
+    # Records the dead-letter topic could never take, kept in consumer_dead_letters.
+    dead_letters_kept: int = 0
     skipped: int = 0
     transient_retries: int = 0
     handler_failures: int = 0
@@ -93,3 +95,8 @@ class ConsumerObserver:
     def dead_lettered(self, topic: str) -> None:
         self.stats.dead_lettered += 1
         self.metrics.dead_lettered.labels(topic=topic).inc()
+
+    def dead_letter_kept(self, topic: str, reason: str) -> None:
+        """The dead-letter topic can never take the record: kept in the database."""
+        self.stats.dead_letters_kept += 1
+        self.metrics.dead_letters_kept.labels(topic=topic, reason=reason).inc()

@@ -11,8 +11,10 @@ HEADER_FIELD = b"h:"  # as relay.transport.redis_streams writes them (the librar
 
 
 @dataclass(frozen=True)
-class _EntryRecord:
-    """The shape consumer_lib.event.decode reads (a Kafka record's), filled from an entry."""
+class EntryRecord:
+    """An entry in the shape the apply policy reads (a Kafka record's, a SourceRecord);
+    partition and offset are -1: a stream has neither. It keeps the entry itself for the
+    dead-letter stream and the XACK."""
 
     topic: str
     key: bytes | None
@@ -21,6 +23,9 @@ class _EntryRecord:
     partition: int
     offset: int
     timestamp: int
+    stream: str
+    entry_id: bytes
+    fields: dict[bytes, bytes]
 
 
 def entry_millis(entry_id: bytes | str) -> int:
@@ -28,14 +33,15 @@ def entry_millis(entry_id: bytes | str) -> int:
     return int(text.partition("-")[0])
 
 
-def decode_entry(topic: str, entry_id: bytes, fields: dict[bytes, bytes]) -> ConsumedEvent:
-    """PoisonRecord when it cannot be decoded. partition and offset are -1: a stream has
-    neither; the entry id's time is the event's timestamp."""
+def entry_record(
+    topic: str, stream: str, entry_id: bytes, fields: dict[bytes, bytes]
+) -> EntryRecord:
+    """The entry as a record of the topic; the entry id's time is its timestamp."""
     headers = []
     for name, value in fields.items():
         if name.startswith(HEADER_FIELD):
             headers.append((name[len(HEADER_FIELD) :].decode("utf-8", "replace"), value))
-    record = _EntryRecord(
+    return EntryRecord(
         topic=topic,
         key=fields.get(b"key"),
         value=fields.get(b"payload"),
@@ -43,8 +49,15 @@ def decode_entry(topic: str, entry_id: bytes, fields: dict[bytes, bytes]) -> Con
         partition=-1,
         offset=-1,
         timestamp=entry_millis(entry_id),
+        stream=stream,
+        entry_id=entry_id,
+        fields=fields,
     )
-    return decode(record)
+
+
+def decode_entry(topic: str, entry_id: bytes, fields: dict[bytes, bytes]) -> ConsumedEvent:
+    """The entry's event; PoisonRecord when it cannot be decoded."""
+    return decode(entry_record(topic, topic, entry_id, fields))
 
 
 def dead_letter_fields(

@@ -6,6 +6,7 @@ never talks to Redis.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -21,6 +22,7 @@ class RedisSourceStats:
     transient_failures: int = 0
     handler_failures: int = 0
     skipped: int = 0
+    dead_letters_kept: int = 0  # the dead-letter stream refused them: kept in the database
 
 
 class RedisSourceMetrics:
@@ -57,6 +59,13 @@ class RedisSourceMetrics:
             ["stream"],
             registry=r,
         )
+        self.dead_letters_kept = Counter(
+            "outbox_redis_consumer_dead_letters_kept",
+            "Entries the dead-letter stream refused for good (no permission, wrong key type), "
+            "kept in the consumer_dead_letters table instead.",
+            ["stream"],
+            registry=r,
+        )
         self.pending = Gauge(
             "outbox_redis_consumer_pending_entries",
             "Entries delivered to the group and not yet acked (XPENDING).",
@@ -75,3 +84,28 @@ class RedisSourceMetrics:
             ["stream"],
             registry=r,
         )
+
+
+class RedisOutcomes:
+    """The apply policy's outcomes (consumer_lib.apply.Outcomes) counted per stream."""
+
+    def __init__(self, metrics: RedisSourceMetrics, stream_of: Callable[[str], str]) -> None:
+        self._m = metrics
+        self._stream_of = stream_of
+
+    def applied(self, topic: str, elapsed_s: float, events: int = 1) -> None:
+        self._m.stats.applied += events
+        self._m.applied.labels(self._stream_of(topic)).inc(events)
+
+    def duplicate(self, topic: str, elapsed_s: float, events: int = 1) -> None:
+        self._m.stats.duplicates += events
+        self._m.duplicates.labels(self._stream_of(topic)).inc(events)
+
+    def transient_failure(self) -> None:
+        self._m.stats.transient_failures += 1
+
+    def handler_failure(self) -> None:
+        self._m.stats.handler_failures += 1
+
+    def skipped(self) -> None:
+        self._m.stats.skipped += 1

@@ -9,11 +9,16 @@ the dedup row makes the second apply a no-op before the ack. A paused consumer t
 resumes after its entries were claimed finds them applied: its apply is skipped and its
 XACK is harmless.
 
-A transient failure (the database briefly away) leaves the entry pending and is retried
-without limit; an entry that cannot be decoded, or whose handler fails max_attempts
-times, is added to the dead-letter stream with its origin and error and acked in the same
-MULTI/EXEC. Pending entries whose body was trimmed away (XAUTOCLAIM's deleted ids) are
-counted as lost and logged, never as applied.
+What becomes of an entry is decided by the Kafka consumer's apply policy
+(consumer_lib.apply), so both sources treat a missing event_id, an unhandled type, a
+failing handler and a transient failure alike: a transient failure (the database briefly
+away) leaves the entry pending and is retried without limit; an entry that cannot be
+decoded, or whose handler fails max_attempts times, is added to the dead-letter stream
+with its origin and error and acked in the same MULTI/EXEC. When Redis refuses that for
+good (no permission on the dead-letter stream, a key of another type there), the entry is
+kept in consumer_dead_letters in the consumer's database and acked. Pending entries whose
+body was trimmed away (XAUTOCLAIM's deleted ids) are counted as lost and logged, never as
+applied.
 
 Per-key order holds within one consumer (entries are applied one at a time, in stream
 order); with several consumers in a group, Redis hands entries to whichever asks, so a
@@ -22,18 +27,23 @@ key's events may be applied concurrently: run one consumer per group where that 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from aiokafka import TopicPartition
+
 from consumer_lib.app import ConsumerApp
-from consumer_lib.apply import Abandon
-from consumer_lib.errors import ConsumerConfigError, PoisonRecord, is_transient
-from consumer_lib.redis_entries import dead_letter_fields, decode_entry, entry_millis
-from consumer_lib.redis_metrics import RedisSourceMetrics
+from consumer_lib.apply import Abandon, ApplyPolicy, Outcome
+from consumer_lib.dead_letters import DeadLetterRow, keep_in_table
+from consumer_lib.errors import ConsumerConfigError, DeadLetterFailure, is_transient
+from consumer_lib.event import SourceRecord
+from consumer_lib.redis_entries import EntryRecord, dead_letter_fields, entry_millis, entry_record
+from consumer_lib.redis_metrics import RedisOutcomes, RedisSourceMetrics
 from consumer_lib.redis_settings import RedisSourceSettings
-from consumer_lib.work import Job, Work
+from outbox_core.backoff import Backoff
 from outbox_core.driver_errors import first_line
 from outbox_core.ops_http import OpsServer, Probe
 from outbox_core.redis_connection import RedisFailure, classify, connect
@@ -58,6 +68,18 @@ class RedisSource:
         self._topic_of = {settings.stream_for(t): t for t in app.topics}
         self._redis_ok = False  # the last Redis step succeeded
         self.ops: OpsServer | None = None
+        self.revoking = asyncio.Event()  # never set: a stream has no partitions to give up
+        self.policy = ApplyPolicy(
+            app,
+            supervisor=self.supervisor,
+            observer=RedisOutcomes(self.metrics, settings.stream_for),
+            dead_letters=self,
+            offsets=self,
+        )
+
+    def taking(self, tp: TopicPartition) -> bool:
+        """The policy's Ownership: every stream is this consumer's while it runs."""
+        return True
 
     def stop(self) -> None:
         self.supervisor.stop()
@@ -113,7 +135,7 @@ class RedisSource:
                 await self.ops.stop()
 
     async def _retrying(self, step: Callable[[], Awaitable[None]]) -> None:
-        delay = self.app.settings.backoff_base_s
+        backoff = Backoff(self.app.settings.backoff_base_s, self.app.settings.backoff_max_s)
         while not self.supervisor.stopping.is_set():
             try:
                 await step()
@@ -124,8 +146,7 @@ class RedisSource:
                 if not exc.retriable:
                     raise
                 log.warning("redis unavailable; retrying", extra={"error": str(exc)})
-                await self.supervisor.sleep(delay)
-                delay = min(delay * 2, self.app.settings.backoff_max_s)
+                await self.supervisor.sleep(backoff.next_s())
 
     async def _create_groups(self) -> None:
         for stream in self._topic_of:
@@ -213,56 +234,12 @@ class RedisSource:
         if redelivered:
             self.stats.redelivered += 1
             self.metrics.redelivered.labels(stream).inc()
-        s = self.app.settings
-        topic = self._topic_of[stream]
-        try:
-            event = decode_entry(topic, entry_id, fields)
-        except PoisonRecord as exc:
-            return await self._dead_letter(stream, entry_id, fields, exc)
-        if event.event_id is None and s.missing_event_id != "process":
-            if s.missing_event_id == "dead_letter":
-                problem = PoisonRecord("entry has no event_id")
-                return await self._dead_letter(stream, entry_id, fields, problem)
-            return await self._skip(stream, entry_id)
-        handler = self.app.find(topic, event.event_type)
-        if handler is None:
-            if s.unhandled == "dead_letter":
-                problem = PoisonRecord(f"no handler for {event.event_type!r}")
-                return await self._dead_letter(stream, entry_id, fields, problem)
-            return await self._skip(stream, entry_id)
-        event_id = str(event.event_id) if event.event_id is not None else None
-        failures, delay = 0, s.backoff_base_s
-        while True:
-            try:
-                # One entry, one transaction (an on_batch handler gets a list of one).
-                work = Work(self.group, [Job(event_id, event, handler.fn, bulk=handler.bulk)])
-                await self.app.database.apply_work(work)
-                applied = work.applied[0]
-            except Exception as exc:
-                if is_transient(exc):
-                    self.stats.transient_failures += 1
-                else:
-                    failures += 1
-                    self.stats.handler_failures += 1
-                    if failures >= s.max_attempts:
-                        return await self._dead_letter(stream, entry_id, fields, exc)
-                log.warning(
-                    "apply failed; retrying",
-                    extra={"stream": stream, "id": _text(entry_id), "error": first_line(exc)},
-                )
-                if self.supervisor.stopping.is_set():
-                    raise Abandon from exc
-                await self.supervisor.sleep(delay)
-                delay = min(delay * 2, s.backoff_max_s)
-                continue
-            break
-        if applied:
-            self.stats.applied += 1
-            self.metrics.applied.labels(stream).inc()
-        else:
-            self.stats.duplicates += 1
-            self.metrics.duplicates.labels(stream).inc()
-        await self.before_ack(stream, entry_id)
+        record = entry_record(self._topic_of[stream], stream, entry_id, fields)
+        outcome = await self.policy.process(record)
+        if outcome is Outcome.DEAD_LETTERED:
+            return  # acked with its move to the dead-letter stream
+        if outcome is Outcome.APPLIED:
+            await self.before_ack(stream, entry_id)
         await self._ack(stream, entry_id)
 
     async def before_ack(self, stream: str, entry_id: bytes) -> None:
@@ -276,15 +253,12 @@ class RedisSource:
         except RedisFailure as exc:
             log.warning("XACK failed; the entry stays pending", extra={"error": str(exc)})
 
-    async def _skip(self, stream: str, entry_id: bytes) -> None:
-        self.stats.skipped += 1
-        await self._ack(stream, entry_id)
-
-    async def _dead_letter(
-        self, stream: str, entry_id: bytes, fields: dict[bytes, bytes], error: BaseException
-    ) -> None:
-        """XADD to the dead-letter stream and XACK the entry in one MULTI/EXEC; retried
-        while Redis is away (the entry is acked only once it is dead-lettered)."""
+    async def send(self, record: SourceRecord, error: BaseException) -> None:
+        """The policy's DeadLetterSink: XADD to the dead-letter stream and XACK the entry
+        in one MULTI/EXEC, retried while Redis is away (the entry is acked only once it is
+        dead-lettered). Refused for good: kept in consumer_dead_letters, then acked."""
+        assert isinstance(record, EntryRecord)
+        stream, entry_id, fields = record.stream, record.entry_id, record.fields
         body = dead_letter_fields(
             fields, stream=stream, entry_id=entry_id, group=self.group, error=error
         )
@@ -295,7 +269,31 @@ class RedisSource:
                 pipe.xack(stream, self.group, entry_id)
                 await self._call(pipe.execute)
 
-        await self._retrying(move)
+        try:
+            await self._retrying(move)
+        except RedisFailure as refused:  # not retriable: it will never be taken
+            row = DeadLetterRow(
+                self.group,
+                record.topic,
+                -1,
+                _text(entry_id),
+                record.key,
+                record.value,
+                record.headers,
+                error,
+                refused,
+            )
+            await keep_in_table(
+                self.app.database,
+                self.supervisor,
+                row,
+                DeadLetterFailure.REFUSED,
+                retriable=is_transient,
+            )
+            self.stats.dead_letters_kept += 1
+            self.metrics.dead_letters_kept.labels(stream).inc()
+            await self._ack(stream, entry_id)
+            return
         self.stats.dead_lettered += 1
         self.metrics.dead_lettered.labels(stream).inc()
         log.error(

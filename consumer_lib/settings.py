@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -9,6 +10,13 @@ from consumer_lib.errors import ConsumerConfigError
 from outbox_core.kafka_security import KafkaSecurity, KafkaSecurityError
 
 MissingIdPolicy = Literal["dead_letter", "process", "skip"]
+
+# Kafka's rule for topic names; a client sending to any other only times out.
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def valid_topic_name(name: str) -> bool:
+    return bool(_TOPIC_NAME.match(name)) and name not in (".", "..")
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,11 @@ class ConsumerSettings:
             self.security.check()
         except KafkaSecurityError as exc:
             raise ConsumerConfigError(f"Kafka security: {exc}") from None
+        if self.dead_letter_topic is not None and not valid_topic_name(self.dead_letter_topic):
+            raise ConsumerConfigError(
+                f"dead_letter_topic {self.dead_letter_topic!r} is not a valid Kafka topic name "
+                "(1 to 249 of a-z, A-Z, 0-9, '.', '_', '-')"
+            )
         if not self.group_id.strip():
             raise ConsumerConfigError("group_id must not be empty")
         if self.max_attempts < 1 or self.max_concurrent_partitions < 1 or self.max_records < 1:

@@ -127,4 +127,32 @@ processed_events = Table(
     Column("processed_at", _tz, nullable=False, server_default=text("now()")),
     PrimaryKeyConstraint("consumer_group", "event_id", name="processed_events_pkey"),
 )
-Index("processed_events_processed_at_idx", processed_events.c.processed_at)
+Index(
+    "processed_events_group_age_idx",
+    processed_events.c.consumer_group,
+    processed_events.c.processed_at,
+)
+
+consumer_dead_letters = Table(
+    "consumer_dead_letters",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("consumer_group", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("source_partition", Integer, nullable=False),
+    Column("source_offset", Text, nullable=False),
+    Column("record_key", LargeBinary),
+    Column("record_value", LargeBinary),
+    Column("headers", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("error_type", Text, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("dead_letter_error", Text, nullable=False),
+    Column("created_at", _tz, nullable=False, server_default=text("now()")),
+    UniqueConstraint(
+        "consumer_group",
+        "topic",
+        "source_partition",
+        "source_offset",
+        name="consumer_dead_letters_record_key",
+    ),
+)

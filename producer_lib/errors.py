@@ -43,6 +43,15 @@ class InvalidHeader(InvalidEvent):
     """A user header has a bad name or value, or uses a reserved name."""
 
 
+class ReservedHeader(InvalidHeader):
+    """A user header uses a name the outbox sets itself (event_id, event_type,
+    content-type, traceparent, tracestate, or one starting with outbox-), in any case."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message, field="headers")
+        self.name = name
+
+
 class IdempotencyConflict(OutboxError):
     """The idempotency key was already used for an event with a different body."""
 

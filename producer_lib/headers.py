@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from producer_lib.errors import InvalidHeader
+from producer_lib.errors import InvalidHeader, ReservedHeader
 
 # event_id and event_type travel as columns; the relay adds them to the Kafka headers.
 RESERVED = frozenset({"event_id", "event_type", "content-type", "traceparent", "tracestate"})
@@ -31,7 +31,11 @@ def validate_user_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
             )
         lowered = name.lower()
         if lowered in RESERVED or lowered.startswith(RESERVED_PREFIX):
-            raise InvalidHeader(f"header name {name!r} is reserved", field="headers")
+            raise ReservedHeader(
+                f"header name {name!r} is reserved: the outbox sets "
+                f"{', '.join(sorted(RESERVED))} itself (and every {RESERVED_PREFIX}* name)",
+                name=name,
+            )
         if not isinstance(value, str):
             raise InvalidHeader(
                 f"header {name!r} must be a str, not {type(value).__name__}", field="headers"

@@ -22,7 +22,14 @@ from outbox_core.database_url import DatabaseUrl
 from outbox_core.distribution import version
 from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.migrate import migrate
-from relay.config import field_help, load_settings, settings_fields, unknown_env_names
+from relay.config import (
+    ENV_PREFIX,
+    field_help,
+    load_settings,
+    settings_fields,
+    unknown_env_names,
+)
+from relay.database import read_url_file
 from relay.errors import RelayConfigError, StartupRefused
 from relay.ops import cli_admin
 
@@ -32,16 +39,28 @@ EXIT_USAGE = 2
 
 
 def _database_url(value: str | None) -> str:
-    url = value or os.environ.get("OUTBOX_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    url = value or _url_from_file() or os.environ.get("OUTBOX_DATABASE_URL")
+    url = url or os.environ.get("DATABASE_URL")
     if not url:
         raise ConfigurationError(
-            "no database: pass --database-url or set OUTBOX_DATABASE_URL (or DATABASE_URL)"
+            "no database: set OUTBOX_DATABASE_URL_FILE or OUTBOX_DATABASE_URL (or "
+            "DATABASE_URL), or pass --database-url"
         )
     # Driver errors may quote parts of the URL (libpq echoes an undecodable password):
     # whatever this command prints is redacted against it.
     logs.add_secrets(logs.url_secrets(url))
     DatabaseUrl.parse(url)  # fail on a malformed URL before connecting
     return url
+
+
+def _url_from_file() -> str | None:
+    path = os.environ.get("OUTBOX_DATABASE_URL_FILE")
+    if not path:
+        return None
+    try:
+        return read_url_file(path)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -58,7 +77,8 @@ def _add_database(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
-        help="postgresql://... or sqlite:///path (env OUTBOX_DATABASE_URL, then DATABASE_URL)",
+        help="postgresql://... or sqlite:///path (better: env OUTBOX_DATABASE_URL_FILE, "
+        "OUTBOX_DATABASE_URL, then DATABASE_URL: a flag is visible to every local user)",
     )
 
 
@@ -155,6 +175,45 @@ def tune_collector() -> None:
     gc.set_threshold(YOUNG, OLDER, OLDER)
 
 
+def _secret_flags(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The flags given that carry a secret, each with what to use instead."""
+    if args.command != "run":
+        url = getattr(args, "database_url", None)
+        instead = "OUTBOX_DATABASE_URL_FILE or OUTBOX_DATABASE_URL"
+        return [("--database-url", instead)] if _has_password(url) else []
+    fields = settings_fields()
+    names = {field.name for field in fields}
+    found = []
+    for field in fields:
+        value = getattr(args, field.name, None)
+        if value is None:
+            continue
+        if field.name.endswith("url"):
+            secret = _has_password(value)  # a database file's path is no secret
+        else:
+            secret = "SecretStr" in str(field.info.annotation)
+        if secret:
+            instead = field.env(ENV_PREFIX)
+            if f"{field.name}_file" in names:
+                instead += f" or {ENV_PREFIX}{field.name.upper()}_FILE"
+            found.append((field.flag, instead))
+    return found
+
+
+def _has_password(url: object) -> bool:
+    return isinstance(url, str) and bool(logs.url_secrets(url)[1:])
+
+
+def _warn_secret_flags(args: argparse.Namespace) -> None:
+    for flag, instead in _secret_flags(args):
+        print(
+            f"outbox-relay: warning: {flag} puts a secret on the command line, where other "
+            f"users of this machine can read it (ps, /proc/<pid>/cmdline); set {instead} "
+            "instead",
+            file=sys.stderr,
+        )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from relay.service import RelayService
 
@@ -200,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     logs.install_excepthook()  # an unexpected traceback is redacted too
+    _warn_secret_flags(args)
     try:
         if args.command == "run":
             return _cmd_run(args)

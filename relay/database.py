@@ -3,7 +3,10 @@ cycle and the control loops use on Postgres, or one SQLite connection)."""
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from outbox_core.database_url import DatabaseUrl
 from outbox_core.errors import ConfigurationError
@@ -49,10 +52,22 @@ class DatabaseSettings(SettingsGroup):
     database_url: SecretStr = Field(
         description="Outbox database: postgresql://user:pass@host/db or sqlite:///path.db",
     )
+    database_url_file: str | None = Field(
+        default=None,
+        description="File holding the database URL (a mounted secret); wins over database_url.",
+    )
     sqlite_wait_for_lock: bool = Field(
         default=False,
         description="SQLite: wait for the relay already running on the file instead of exiting.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_from_file(cls, data: Any) -> Any:
+        path = data.get("database_url_file") if isinstance(data, dict) else None
+        if not path:
+            return data
+        return {**data, "database_url": read_url_file(str(path))}
 
     @field_validator("database_url")
     @classmethod
@@ -66,6 +81,14 @@ class DatabaseSettings(SettingsGroup):
     @property
     def url(self) -> DatabaseUrl:
         return DatabaseUrl.parse(self.database_url.get_secret_value())
+
+
+def read_url_file(path: str) -> str:
+    """A database URL from a file (a mounted secret); surrounding whitespace is dropped."""
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the database URL file {path}: {exc.strerror}") from None
 
 
 def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:

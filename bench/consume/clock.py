@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumer_lib import Database
-from consumer_lib.database import Handler, Work
+from consumer_lib.database import DeadLetterRow, Handler, Work
 
 
 @dataclass
@@ -61,8 +61,11 @@ class ClockedDatabase:
         self.clock.committed()
         return applied
 
-    async def purge(self, retention_s: float, limit: int) -> int:
-        return await self.inner.purge(retention_s, limit)
+    async def purge(self, group: str, retention_s: float, limit: int) -> int:
+        return await self.inner.purge(group, retention_s, limit)
+
+    async def keep_dead_letter(self, letter: DeadLetterRow) -> None:
+        await self.inner.keep_dead_letter(letter)
 
     async def close(self) -> None:
         await self.inner.close()

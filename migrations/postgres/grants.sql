@@ -33,7 +33,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay_replicas TO :"relay_role";
 GRANT SELECT, DELETE ON outbox_idempotency TO :"relay_role";
 
 -- name: grants_consumer
--- consumer_lib: record (group, event_id) in the handler's transaction, purge old rows.
--- Grant the consumer's own business tables separately; it never sees the outbox.
+-- consumer_lib: record (group, event_id) in the handler's transaction, purge old rows,
+-- keep the records its dead-letter topic can never take. Grant the consumer's own
+-- business tables separately; it never sees the outbox.
 GRANT USAGE ON SCHEMA public TO :"consumer_role";
 GRANT SELECT, INSERT, DELETE ON processed_events TO :"consumer_role";
+GRANT INSERT ON consumer_dead_letters TO :"consumer_role";

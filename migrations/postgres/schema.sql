@@ -82,4 +82,27 @@ CREATE TABLE processed_events (
     processed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_group, event_id)
 );
-CREATE INDEX processed_events_processed_at_idx ON processed_events (processed_at);
+-- One group's old rows, for that group's purge.
+CREATE INDEX processed_events_group_age_idx ON processed_events (consumer_group, processed_at);
+
+-- Records a consumer could neither apply nor put on its dead-letter topic, because the
+-- topic can never take them (too large, an invalid topic name, not authorized). The
+-- consumer keeps them here, in its own database, and moves on. One row per record and
+-- group: a record seen again after a crash is not kept twice. source_offset is the Kafka
+-- offset, or the Redis stream entry id (source_partition -1).
+CREATE TABLE consumer_dead_letters (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    consumer_group text NOT NULL,
+    topic text NOT NULL,
+    source_partition integer NOT NULL,
+    source_offset text NOT NULL,
+    record_key bytea,
+    record_value bytea,
+    headers jsonb NOT NULL DEFAULT '[]'::jsonb,
+    error_type text NOT NULL,
+    error text NOT NULL,
+    dead_letter_error text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT consumer_dead_letters_record_key
+        UNIQUE (consumer_group, topic, source_partition, source_offset)
+);

@@ -4,12 +4,14 @@ Producers built with Outbox(notify_channel=...) send pg_notify(channel, shard) i
 insert statement; Postgres folds identical notifications of one transaction into one,
 so a hint costs one message per transaction and shard, never one per row. The hint only
 shortens an idle shard's wait: polling alone is correct. When the listening connection
-dies, it is opened again with backoff.
+dies, it is opened again with backoff. Any role may NOTIFY the channel: a payload that is
+not a shard number is ignored (logged at most once a minute), never trusted.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -37,6 +39,32 @@ class NotifySettings(SettingsGroup):
     )
 
 
+_MAX_SHARD = 32767  # the shard column is a smallint
+_IGNORED_LOG_EVERY_S = 60.0
+
+
+class _Payloads:
+    """Notification payloads to shards; the malformed ones counted and logged sparingly."""
+
+    def __init__(self) -> None:
+        self.ignored = 0
+        self._logged_at = -_IGNORED_LOG_EVERY_S
+
+    def shard(self, payload: str) -> int | None:
+        # isdigit() alone accepts "²" and other digits int() refuses.
+        if payload.isascii() and payload.isdigit() and int(payload) <= _MAX_SHARD:
+            return int(payload)
+        self.ignored += 1
+        now = time.monotonic()
+        if now - self._logged_at >= _IGNORED_LOG_EVERY_S:
+            self._logged_at = now
+            log.warning(
+                "ignoring notify payloads that are not a shard number",
+                extra={"payload": ascii(payload[:64]), "ignored": self.ignored},
+            )
+        return None
+
+
 async def listen(
     conninfo: str,
     settings: NotifySettings,
@@ -46,6 +74,7 @@ async def listen(
 ) -> None:
     stopping = supervisor.stopping
     backoff = Backoff(base_s=0.5, max_s=30.0)
+    payloads = _Payloads()
     while not stopping.is_set():
         try:
             conn = await psycopg.AsyncConnection.connect(
@@ -63,7 +92,9 @@ async def listen(
                 backoff.reset()
                 wake(None)  # anything committed while we were not listening
                 async for note in conn.notifies():
-                    wake(int(note.payload) if note.payload.isdigit() else None)
+                    shard = payloads.shard(note.payload)
+                    if shard is not None:
+                        wake(shard)
                     if stopping.is_set():
                         break
         except (psycopg.Error, OSError) as exc:

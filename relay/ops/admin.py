@@ -40,16 +40,22 @@ class ParkedRow:
     age_s: float
 
 
+# The most rows one listing or action takes when a limit is given; --all has none.
+MAX_LIMIT = 1_000_000
+_UNBOUNDED = 2**62  # LIMIT for "every row" (a NULL limit is not portable)
+
+
 @dataclass(frozen=True)
 class RowFilter:
-    """Which rows an action applies to; None means any. At least one criterion for writes."""
+    """Which rows an action applies to; None means any. At least one criterion for writes.
+    limit None: every matching row."""
 
     ids: list[int] | None = None
     topic: str | None = None
     key: str | None = None
     error: str | None = None
     min_age_s: float = 0.0
-    limit: int = 1000
+    limit: int | None = 1000
 
     @property
     def narrowed(self) -> bool:
@@ -120,7 +126,7 @@ def _parked(s: _Session, f: RowFilter) -> list[ParkedRow]:
             "key": f.key,
             "error": f.error,
             "min_age_s": s.codec.seconds(f.min_age_s),
-            "limit": f.limit,
+            "limit": _UNBOUNDED if f.limit is None else f.limit,
         },
     )
     return [
@@ -133,32 +139,47 @@ def parked_list(database_url: str, f: RowFilter) -> list[ParkedRow]:
         return _parked(s, f)
 
 
-def _change(database_url: str, f: RowFilter, query_name: str) -> Changed:
+def _act(s: _Session, query_name: str, ids: Sequence[int]) -> list[int]:
+    return sorted(int(r[0]) for r in s.run(query_name, {"ids": s.ids(ids)})) if ids else []
+
+
+_PARKED_ACTIONS = {"retry": "outbox_parked_retry", "discard": "outbox_parked_discard"}
+
+
+def _change(database_url: str, f: RowFilter, action: str) -> Changed:
     with _Session(database_url) as s:
-        targets = [row.id for row in _parked(s, f)]
-        done = (
-            sorted(int(r[0]) for r in s.run(query_name, {"ids": s.ids(targets)})) if targets else []
-        )
-    missing = sorted(set(f.ids or []) - set(done))
-    return Changed(done, missing)
+        done = _act(s, _PARKED_ACTIONS[action], [row.id for row in _parked(s, f)])
+    return Changed(done, sorted(set(f.ids or []) - set(done)))
 
 
 def parked_retry(database_url: str, f: RowFilter) -> Changed:
-    return _change(database_url, f, "outbox_parked_retry")
+    """The matching parked rows pending again, chosen and changed in one transaction."""
+    return _change(database_url, f, "retry")
 
 
 def parked_discard(database_url: str, f: RowFilter) -> Changed:
-    return _change(database_url, f, "outbox_parked_discard")
+    """The matching parked rows deleted, chosen and deleted in one transaction."""
+    return _change(database_url, f, "discard")
 
 
-def replay(
+def parked_act(database_url: str, action: str, ids: Sequence[int]) -> Changed:
+    """retry or discard exactly these rows (those still parked), in one transaction: what
+    an operator was shown and confirmed, never what a filter matches by now. missing: the
+    ids that were no longer parked."""
+    with _Session(database_url) as s:
+        done = _act(s, _PARKED_ACTIONS[action], ids)
+    return Changed(done, sorted(set(ids) - set(done)))
+
+
+def replay_list(
     database_url: str,
     *,
     ids: list[int] | None = None,
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
-    limit: int = 100_000,
-) -> Changed:
+    limit: int = 1000,
+) -> list[int]:
+    """The ids of the retained rows a replay with these criteria would publish again."""
     with _Session(database_url) as s:
         chosen = s.run(
             "outbox_replay_list",
@@ -169,10 +190,12 @@ def replay(
                 "limit": limit,
             },
         )
-        targets = [int(r[0]) for r in chosen]
-        done = (
-            sorted(int(r[0]) for r in s.run("outbox_replay", {"ids": s.ids(targets)}))
-            if targets
-            else []
-        )
-    return Changed(done, sorted(set(ids or []) - set(done)))
+    return [int(r[0]) for r in chosen]
+
+
+def replay_ids(database_url: str, ids: Sequence[int]) -> Changed:
+    """Exactly these retained rows pending again, in one transaction; missing: those not
+    (or no longer) retained."""
+    with _Session(database_url) as s:
+        done = _act(s, "outbox_replay", ids)
+    return Changed(done, sorted(set(ids) - set(done)))

@@ -1,8 +1,13 @@
 """The operator subcommands of `outbox-relay`: status, parked list|retry|discard, replay.
 
-Tables for people, --json for scripts. Exit codes: 0 done; 2 bad arguments; 3 some ids
-given by the operator were not found (or not eligible) and were left alone; 4 the
-operator declined the confirmation.
+Tables for people, --json for scripts. Every write lists its rows first and then acts on
+exactly those, by id, in one transaction (a row that changed in between is left alone
+and named); --dry-run stops after the listing. discard and replay ask for confirmation on
+a terminal; elsewhere they need --yes. Strings from the outbox (topics, keys, errors) are
+printed with control characters escaped, so no producer can write to the operator's
+terminal. Exit codes: 0 done; 2 bad arguments (or a confirmation needed without a
+terminal); 3 some ids given by the operator were not found (or not eligible) and were
+left alone; 4 the operator declined the confirmation.
 """
 
 from __future__ import annotations
@@ -44,9 +49,31 @@ def timestamp(text: str) -> dt.datetime:
 
 
 def row_id(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) < 2**63:
         raise argparse.ArgumentTypeError(f"{text!r} is not a row id")
     return int(text)
+
+
+def limit(text: str) -> int:
+    """A row limit: 1 to admin.MAX_LIMIT."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 1 <= value <= admin.MAX_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"{value} is out of range: 1 to {admin.MAX_LIMIT} (or --all, where offered)"
+        )
+    return value
+
+
+def printable(value: object) -> str:
+    """The text with every control or invisible formatting character escaped (\x1b, \u202e):
+    escape sequences in producer-supplied strings never reach the terminal as such."""
+    text = "" if value is None else str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def add_commands(commands: Any, add_database: Any) -> None:
@@ -76,17 +103,27 @@ def add_commands(commands: Any, add_database: Any) -> None:
             help="only rows older than this (90s, 15m, 2h, 7d)",
         )
         p.add_argument(
-            "--limit", type=int, default=1000, help="at most this many rows (default 1000)"
+            "--limit",
+            type=limit,
+            default=None,
+            help=f"at most this many rows (default 1000, at most {admin.MAX_LIMIT})",
         )
         p.add_argument("--json", action="store_true", help="print JSON")
         if name != "list":
             p.add_argument(
                 "--all",
                 action="store_true",
-                help="needed to act on every parked row without a filter",
+                help="every matching row, however many (needed to act without a filter)",
+            )
+            p.add_argument(
+                "--dry-run", action="store_true", help="list the rows it would change; change none"
             )
         if name == "discard":
-            p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+            p.add_argument(
+                "--yes",
+                action="store_true",
+                help="do not ask for confirmation (needed without a terminal)",
+            )
 
     rp = commands.add_parser(
         "replay", help="publish retained (retention=keep) events again, by id or publish time"
@@ -95,12 +132,23 @@ def add_commands(commands: Any, add_database: Any) -> None:
     rp.add_argument("--id", dest="ids", type=row_id, action="append", help="a row id (repeatable)")
     rp.add_argument("--since", type=timestamp, help="published at or after (ISO-8601 with zone)")
     rp.add_argument("--until", type=timestamp, help="published before (ISO-8601 with zone)")
-    rp.add_argument("--limit", type=int, default=100_000, help="at most this many rows")
+    rp.add_argument(
+        "--limit",
+        type=limit,
+        default=1000,
+        help=f"at most this many rows (default 1000, at most {admin.MAX_LIMIT})",
+    )
     rp.add_argument("--json", action="store_true", help="print JSON")
+    rp.add_argument(
+        "--dry-run", action="store_true", help="list the rows it would replay; replay none"
+    )
+    rp.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)"
+    )
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [[printable(v) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
@@ -156,81 +204,144 @@ def _status(args: argparse.Namespace, url: str) -> int:
 
 
 def _filter(args: argparse.Namespace) -> admin.RowFilter:
+    all_rows = getattr(args, "all", False)
     return admin.RowFilter(
         ids=args.ids,
         topic=args.topic,
         key=args.key,
         error=args.error,
         min_age_s=args.older_than,
-        limit=args.limit,
+        limit=None if all_rows else (args.limit or 1000),
+    )
+
+
+def _usage(message: str) -> int:
+    print(f"outbox-relay: {message}", file=sys.stderr)
+    return 2
+
+
+def _confirm(args: argparse.Namespace, question: str, listing: str = "") -> int | None:
+    """None to go on; else the exit code (declined, or no terminal to ask on). The listing
+    is shown before the question."""
+    if args.yes:
+        return None
+    if not sys.stdin.isatty():
+        return _usage(
+            f"{args.command} {getattr(args, 'action', '') or ''}".strip()
+            + " asks for confirmation and there is no terminal to ask on: "
+            "pass --yes (see what it would do with --dry-run first)"
+        )
+    if listing:
+        print(listing)
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        print("nothing changed")
+        return EXIT_DECLINED
+    return None
+
+
+def _parked_table(rows: Sequence[admin.ParkedRow]) -> str:
+    return _table(
+        ["id", "topic", "key", "type", "attempts", "age", "last error"],
+        [
+            (
+                r.id,
+                r.topic,
+                r.key,
+                r.event_type,
+                r.attempts,
+                _age(r.age_s),
+                (r.last_error or "")[:80],
+            )
+            for r in rows
+        ],
     )
 
 
 def _parked(args: argparse.Namespace, url: str) -> int:
+    if getattr(args, "all", False) and args.limit is not None:
+        return _usage("--all takes every matching row: leave out --limit")
     f = _filter(args)
-    if args.limit < 1:
-        print("outbox-relay: --limit must be at least 1", file=sys.stderr)
-        return 2
     if args.action == "list":
         rows = admin.parked_list(url, f)
-        text = (
-            _table(
-                ["id", "topic", "key", "type", "attempts", "age", "last error"],
-                [
-                    (
-                        r.id,
-                        r.topic,
-                        r.key,
-                        r.event_type,
-                        r.attempts,
-                        _age(r.age_s),
-                        (r.last_error or "")[:80],
-                    )
-                    for r in rows
-                ],
-            )
-            + f"\n{len(rows)} parked row(s)"
-        )
+        text = _parked_table(rows) + f"\n{len(rows)} parked row(s)"
         _emit(args, [dataclasses.asdict(r) for r in rows], text)
         return 0
     if not f.narrowed and not args.all:
-        print(
-            f"outbox-relay: parked {args.action} needs --id, a filter, or --all to act on every parked row",
-            file=sys.stderr,
+        return _usage(
+            f"parked {args.action} needs --id, a filter, or --all to act on every parked row"
         )
-        return 2
-    if args.action == "discard" and not args.yes:
-        rows = admin.parked_list(url, f)
-        if not rows:
-            missing = sorted(set(f.ids or []))
-            text = "no parked rows match"
-            if missing:
-                text += f"\nnot found or not parked: {', '.join(map(str, missing))}"
-            _emit(args, dataclasses.asdict(admin.Changed([], missing)), text)
-            return EXIT_MISSING if missing else 0
-        answer = input(f"discard {len(rows)} parked row(s)? Their events are lost for good. [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            print("nothing discarded")
-            return EXIT_DECLINED
-    changed = admin.parked_retry(url, f) if args.action == "retry" else admin.parked_discard(url, f)
+    rows = admin.parked_list(url, f)
+    asked_missing = sorted(set(f.ids or []) - {r.id for r in rows})
+    if not rows:
+        text = "no parked rows match"
+        if asked_missing:
+            text += f"\nnot found or not parked: {', '.join(map(str, asked_missing))}"
+        _emit(args, dataclasses.asdict(admin.Changed([], asked_missing)), text)
+        return EXIT_MISSING if asked_missing else 0
+    if args.dry_run:
+        text = _parked_table(rows) + f"\nwould {args.action} {len(rows)} parked row(s)"
+        _emit(args, {"would": [r.id for r in rows], "missing": asked_missing}, text)
+        return 0
+    if args.action == "discard":
+        shown = rows[:20]
+        more = f"\n... and {len(rows) - len(shown)} more" if len(rows) > len(shown) else ""
+        declined = _confirm(
+            args,
+            f"discard these {len(rows)} parked row(s)? Their events are lost for good.",
+            _parked_table(shown) + more,
+        )
+        if declined is not None:
+            return declined
+    changed = admin.parked_act(url, args.action, [r.id for r in rows])
     verb = "retried" if args.action == "retry" else "discarded"
-    text = f"{verb} {len(changed.ids)} row(s): {', '.join(map(str, changed.ids)) or '-'}"
+    missing = sorted(set(asked_missing) | set(changed.missing))
+    text = f"{verb} {len(changed.ids)} row(s): {_ids_text(changed.ids)}"
     if changed.missing:
-        text += f"\nnot found or not parked: {', '.join(map(str, changed.missing))}"
-    _emit(args, dataclasses.asdict(changed), text)
-    return EXIT_MISSING if changed.missing else 0
+        text += f"\nchanged since they were listed, left alone: {_ids_text(changed.missing)}"
+    if asked_missing:
+        text += f"\nnot found or not parked: {_ids_text(asked_missing)}"
+    _emit(args, dataclasses.asdict(admin.Changed(changed.ids, missing)), text)
+    return EXIT_MISSING if missing else 0
+
+
+def _ids_text(ids: Sequence[int]) -> str:
+    if len(ids) > 50:
+        return ", ".join(map(str, ids[:50])) + f", ... ({len(ids)} in all)"
+    return ", ".join(map(str, ids)) or "-"
 
 
 def _replay(args: argparse.Namespace, url: str) -> int:
     if not (args.ids or args.since or args.until):
-        print("outbox-relay: replay needs --id, --since or --until", file=sys.stderr)
-        return 2
+        return _usage("replay needs --id, --since or --until")
     if args.since and args.until and args.since >= args.until:
-        print("outbox-relay: --since must be before --until", file=sys.stderr)
-        return 2
-    changed = admin.replay(url, ids=args.ids, since=args.since, until=args.until, limit=args.limit)
+        return _usage("--since must be before --until")
+    chosen = admin.replay_list(
+        url, ids=args.ids, since=args.since, until=args.until, limit=args.limit
+    )
+    asked_missing = sorted(set(args.ids or []) - set(chosen))
+    if args.dry_run or not chosen:
+        text = f"would replay {len(chosen)} row(s): {_ids_text(chosen)}"
+        if asked_missing:
+            text += f"\nnot found or not retained: {_ids_text(asked_missing)}"
+        _emit(args, {"would": chosen, "missing": asked_missing}, text)
+        return EXIT_MISSING if asked_missing and not chosen else 0
+    if len(chosen) == args.limit:
+        print(f"note: --limit {args.limit} reached; later matching rows are not included")
+    declined = _confirm(
+        args, f"replay {len(chosen)} row(s) ({_ids_text(chosen)})? They are published again."
+    )
+    if declined is not None:
+        return declined
+    changed = admin.replay_ids(url, chosen)
+    missing = sorted(set(asked_missing) | set(changed.missing))
     text = f"replayed {len(changed.ids)} row(s)"
     if changed.missing:
-        text += f"\nnot found or not retained: {', '.join(map(str, changed.missing))}"
-    _emit(args, dataclasses.asdict(changed), text)
-    return EXIT_MISSING if changed.missing else 0
+        text += f"\nchanged since they were listed, left alone: {_ids_text(changed.missing)}"
+    if asked_missing:
+        text += f"\nnot found or not retained: {_ids_text(asked_missing)}"
+    _emit(args, dataclasses.asdict(admin.Changed(changed.ids, missing)), text)
+    return EXIT_MISSING if missing else 0

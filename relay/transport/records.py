@@ -34,6 +34,10 @@ class OutgoingRecord(NamedTuple):
 Headers = tuple[tuple[str, bytes], ...]
 
 EVENT_ID = "event_id"  # the one header that differs per row
+# The relay's own headers, from the row's columns. A row's headers column naming them (a
+# row not written by producer_lib, which refuses them) must not shadow them: a consumer
+# trusts event_id for its dedup. Any spelling is dropped.
+_OWN = frozenset({EVENT_ID, "event_type"})
 
 
 @functools.lru_cache(maxsize=1024)
@@ -41,7 +45,7 @@ def _headers(event_type: str, headers_json: str) -> tuple[Headers, int]:
     parsed = json.loads(headers_json)
     headers: Headers = (
         ("event_type", event_type.encode()),
-        *((str(k), str(v).encode()) for k, v in parsed.items()),
+        *((str(k), str(v).encode()) for k, v in parsed.items() if str(k).lower() not in _OWN),
     )
     return headers, sum(len(name) + len(value) for name, value in headers)
 

@@ -238,3 +238,34 @@ async def test_start_up_failures_and_cli_errors_never_show_the_password(
         assert done.returncode == code, f"{name}: {output(done)}"
         assert says in done.stderr, f"{name}: {output(done)}"
     canary.assert_absent(**texts)
+
+
+async def test_consumer_cli_redacts_its_apps_database_password(
+    kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """`outbox-consumer run` with an app whose database password libpq quotes back in its
+    error (an invalid %-escape): the pool's connection errors and the transient failures
+    are logged, at DEBUG, with the password replaced."""
+    from tests.support.consumers import ConsumerProcess, consumer_env, produce, relay_record
+
+    core = f"cnry{uuid.uuid4().hex[:16]}"
+    url = f"postgresql://consumer:{core}%zz@127.0.0.1:1/none"
+    topic = await new_topic("consumer-canary")
+    await produce(kafka_bootstrap, topic, [relay_record(str(uuid.uuid4()), "k", {"n": 1})])
+    env = consumer_env(
+        postgres_backend(url),
+        kafka_bootstrap,
+        topics=[topic],
+        group=f"g-{uuid.uuid4().hex[:8]}",
+        name="canary",
+    )
+    proc = ConsumerProcess(env, tmp_path / "consumer.log", name="canary")
+    try:
+        await proc.wait_log("invalid percent-encoded token", timeout=90)
+        proc.terminate()
+    finally:
+        if proc.running:
+            proc.kill()
+    log = proc.log()
+    assert core not in log, "the consumer's database password leaked into its log"
+    assert "***" in log

@@ -26,6 +26,7 @@ KUBE_VERSION = "1.30.0"  # the API version rendered for and validated against
 # Placeholders for values that come from Secrets or the downward API at run time.
 PLACEHOLDER_DATABASE_URL = "postgresql://relay:placeholder-pw@db.invalid:5432/outbox"
 PLACEHOLDER_POD_NAME = "outbox-relay-7d9f8-abcde"
+PLACEHOLDER_POD_IP = "10.244.1.17"
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,8 @@ def resolved_env(
             ref = item["valueFrom"]
             if "secretKeyRef" in ref:
                 value = PLACEHOLDER_DATABASE_URL if name.endswith("DATABASE_URL") else "secret"
+            elif ref.get("fieldRef", {}).get("fieldPath") == "status.podIP":
+                value = PLACEHOLDER_POD_IP
             elif "fieldRef" in ref:
                 value = PLACEHOLDER_POD_NAME
             else:

@@ -20,6 +20,7 @@ import yaml
 from tests.deployment.support import (
     CHART,
     KUBE_VERSION,
+    PLACEHOLDER_POD_IP,
     ROOT,
     Rendered,
     assert_env_is_relay_settings,
@@ -217,7 +218,8 @@ def test_relay_env_is_the_relays_own_settings(
         assert container["args"] == ["run"]
         env = resolved_env(pod, container, tmp_path / "files")
         settings = assert_env_is_relay_settings(monkeypatch, env)
-        assert settings.http.host == "0.0.0.0"
+        # Bound on the pod's IP (what probes and Prometheus reach), never on 0.0.0.0.
+        assert settings.http.host == PLACEHOLDER_POD_IP
         port = next(p["containerPort"] for p in container["ports"] if p["name"] == "relay-http")
         assert settings.http.port == port
         for probe in ("livenessProbe", "readinessProbe"):

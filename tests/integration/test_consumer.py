@@ -397,7 +397,7 @@ async def test_each_adapter_dedups_and_purges_only_rows_older_than_retention_cou
     retention per call and returns how many it deleted, so the consumer knows to go on."""
     adapter, backend = case
     db = make_database(adapter, backend)
-    group = new_group()
+    group, other = new_group(), new_group()
 
     def still(event: object, session: object) -> None:
         return None
@@ -407,11 +407,15 @@ async def test_each_adapter_dedups_and_purges_only_rows_older_than_retention_cou
         for event_id in old:
             assert await db.apply(group, event_id, still, None)
         assert not await db.apply(group, old[0], still, None)  # a duplicate
+        others = [str(uuid.uuid4()) for _ in range(2)]
+        for event_id in others:
+            assert await db.apply(other, event_id, still, None)
         await asyncio.sleep(1.5)
         recent = str(uuid.uuid4())
         assert await db.apply(group, recent, still, None)
-        assert [await db.purge(1.0, 2) for _ in range(4)] == [2, 2, 1, 0]
+        assert [await db.purge(group, 1.0, 2) for _ in range(4)] == [2, 2, 1, 0]
         assert processed_ids(backend, group) == {recent}
+        assert processed_ids(backend, other) == set(others)  # as old, but another group's
     finally:
         await db.close()
 

@@ -20,7 +20,7 @@ from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
 
-ALL = [(1, "initial"), (2, "tenant")]
+ALL = [(1, "initial"), (2, "tenant"), (3, "consumer_dead_letters")]
 
 
 def catalog(backend: Backend) -> dict[str, Any]:
@@ -73,14 +73,15 @@ def test_second_run_applies_nothing(empty_backend: Backend) -> None:
 def test_an_outbox_at_0001_upgrades_with_its_pending_rows(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """0002 adds the tenant to a table that already holds events: they keep no tenant."""
+    """0002 adds the tenant to a table that already holds events: they keep no tenant
+    (and 0003, the consumer's, leaves them alone)."""
     backend = postgres_backend(pg_url)
     first = available("postgres")[:1]
     monkeypatch.setattr("outbox_core.migrate.available", lambda dialect: first)
     assert migrate(backend.url).applied == [1]
     backend.execute("outbox_fill", {"rows": 50})
     monkeypatch.undo()
-    assert migrate(backend.url).applied == [2]
+    assert migrate(backend.url).applied == [2, 3]
     assert {t for _, _, t in backend.fetch("outbox_row_tenants")} == {None}
     assert backend.fetch("migrations_applied") == ALL
 

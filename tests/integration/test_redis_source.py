@@ -17,6 +17,7 @@ from consumer_lib.redis_source import RedisSource
 from tests.support.consumers import (
     effect_problems,
     effects,
+    kept_dead_letters,
     new_group,
     prepare,
     processed_ids,
@@ -172,3 +173,61 @@ async def test_the_metrics_and_probes_are_served_over_http(
     assert m.value("outbox_redis_consumer_events_processed_total", stream=stream) == 3
     assert m.value("outbox_redis_consumer_pending_entries", stream=stream) is not None
     assert (readyz.status, healthz.status) == (200, 200)
+
+
+async def test_an_entry_whose_decoding_raises_anything_is_dead_lettered_and_the_rest_flows(
+    backend: Backend, redis_url: str, redis_client: Redis
+) -> None:
+    """JSON nested past the parser's recursion limit raises RecursionError: the entry is
+    dead-lettered with it in its fields like any undecodable entry, never a crash."""
+    backend = prepare(backend)
+    stream, group = unique_stream_name(), new_group()
+    await add_entries(redis_client, stream, 2)
+    await redis_client.xadd(
+        stream,
+        {
+            b"key": b"deep",
+            b"payload": b"[" * 200_000 + b"]" * 200_000,
+            b"h:event_id": ID.format(99).encode(),
+            b"h:content-type": b"application/json",
+        },
+    )
+    app = redis_app(backend, stream, group)
+    async with running_source(app, source_settings(redis_url, "c1")) as source:
+        await until(lambda: ready(source.stats.applied == 2), 30, "the good entries applied")
+        await until(lambda: ready(source.stats.dead_lettered == 1), 30, "the deep one moved")
+    assert await pending_count(redis_client, stream, group) == 0
+    dead = cast(list[tuple[bytes, dict[bytes, bytes]]], await redis_client.xrange(stream + ".DLT"))
+    assert [f[b"dlt.error.type"] for _, f in dead] == [b"PoisonRecord"]
+    assert b"RecursionError" in dead[0][1][b"dlt.error.message"]
+
+
+async def test_a_dead_letter_stream_that_refuses_for_good_keeps_the_entry_in_the_database(
+    backend: Backend, redis_url: str, redis_client: Redis
+) -> None:
+    """The dead-letter stream's key holds a string: every XADD to it fails with WRONGTYPE.
+    The entry is kept in consumer_dead_letters and acked, and the next entries apply."""
+    backend = prepare(backend)
+    stream, group = unique_stream_name(), new_group()
+    await redis_client.set(stream + ".DLT", b"not a stream")
+    await redis_client.xadd(
+        stream,
+        {
+            b"key": b"bad",
+            b"payload": b"{",
+            b"h:event_id": ID.format(7).encode(),
+            b"h:content-type": b"application/json",
+        },
+    )
+    await add_entries(redis_client, stream, 2)
+    app = redis_app(backend, stream, group)
+    async with running_source(app, source_settings(redis_url, "c1")) as source:
+        await until(lambda: ready(source.stats.applied == 2), 30, "the good entries applied")
+        await until(lambda: ready(source.stats.dead_letters_kept == 1), 30, "the bad one kept")
+    assert await pending_count(redis_client, stream, group) == 0
+    kept = kept_dead_letters(backend)
+    assert [(k.group, k.topic, k.partition, k.error_type) for k in kept] == [
+        (group, stream, -1, "PoisonRecord")
+    ]
+    assert "WRONGTYPE" in kept[0].refused
+    assert ["event_id", ID.format(7)] in kept[0].headers

@@ -80,3 +80,33 @@ async def test_without_the_hint_an_idle_relay_waits(
         await _listeners(backend, 1)
         with pytest.raises(TimeoutError):
             await _emit_and_wait(backend, Outbox(), topic, 1)
+
+
+async def test_malformed_notify_payloads_are_ignored_and_the_listener_keeps_its_connection(
+    pg_url: str, kafka_bootstrap: str, new_topic: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "²" passes str.isdigit() and fails int(): like any payload that is not a shard
+    number, it is logged and ignored; the listener neither dies nor reconnects, and the
+    next real hint still wakes the relay."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    topic = await new_topic("hinted")
+    outbox = Outbox(notify_channel="outbox_events")
+    settings = relay_settings(
+        backend,
+        kafka_bootstrap,
+        listen_notify=True,
+        probe_interval_s=IDLE_S,
+        probe_idle_interval_s=IDLE_S,
+    )
+    async with running_relay(settings) as relay:
+        await _listeners(backend, 1)
+        [(pid,)] = await asyncio.to_thread(backend.fetch, "notify_listener_pid")
+        for payload in ("²", "٣", "x", "", "99999999999999999999", "-1"):
+            await asyncio.to_thread(
+                backend.fetch, "notify_send", {"channel": "outbox_events", "payload": payload}
+            )
+        assert await _emit_and_wait(backend, outbox, topic, 1) < IDLE_S / 3
+        assert await asyncio.to_thread(backend.fetch, "notify_listener_pid") == [(pid,)]
+    assert relay.stats.published == 1
+    assert any("not a shard number" in r.getMessage() for r in caplog.records)

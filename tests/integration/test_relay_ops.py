@@ -25,6 +25,7 @@ from tests.support.ops import (
     Metrics,
     backdate,
     cli_async,
+    cli_on_terminal,
     eventually,
     http_get,
     output,
@@ -220,10 +221,22 @@ async def test_admin_cli_status_and_parked_list_retry_discard(backend: Backend) 
     by_id, by_filter, declined, discarded, unknown, not_parked = await asyncio.gather(
         cli_async("parked", "retry", "--id", str(o2), env=env),
         cli_async("parked", "retry", "--topic", "refunds", "--older-than", "1h", "--json", env=env),
-        cli_async("parked", "discard", "--key", "k-3", env=env, stdin="n\n"),
+        asyncio.to_thread(
+            cli_on_terminal, "parked", "discard", "--key", "k-3", env=env, answer="n\n"
+        ),
         cli_async("parked", "discard", "--id", str(r1), "--yes", env=env),
         cli_async("parked", "retry", "--id", "987654", env=env),
-        cli_async("parked", "discard", "--id", str(p1), "--id", "987655", env=env, stdin="y\n"),
+        asyncio.to_thread(
+            cli_on_terminal,
+            "parked",
+            "discard",
+            "--id",
+            str(p1),
+            "--id",
+            "987655",
+            env=env,
+            answer="y\n",
+        ),
     )
     # Retry by id and by filter: pending again with fresh attempts.
     assert (by_id.returncode, by_id.stdout.strip()) == (0, f"retried 1 row(s): {o2}"), output(by_id)
@@ -231,8 +244,8 @@ async def test_admin_cli_status_and_parked_list_retry_discard(backend: Backend) 
     assert json.loads(by_filter.stdout) == {"ids": [r2], "missing": []}
     # Discard declined at the prompt: exit 4, nothing deleted; confirmed by --yes: deleted.
     assert declined.returncode == 4, output(declined)
-    assert "discard 1 parked row(s)?" in declined.stdout
-    assert "nothing discarded" in declined.stdout
+    assert "discard these 1 parked row(s)?" in declined.stdout
+    assert "nothing changed" in declined.stdout
     assert (discarded.returncode, discarded.stdout.strip()) == (0, f"discarded 1 row(s): {r1}")
     # Unknown or ineligible ids: exit 3 naming them, nothing touched (confirmed or not).
     assert unknown.returncode == 3, output(unknown)
@@ -299,12 +312,14 @@ async def test_replay_republishes_retained_events_with_their_event_id(
         assert len(state["leases"]) == 16
 
         # Only what was published since `middle`: the second ten.
-        done = await cli_async("replay", "--since", middle.isoformat(), "--json", env=env)
+        done = await cli_async("replay", "--since", middle.isoformat(), "--json", "--yes", env=env)
         assert done.returncode == 0, output(done)
         assert json.loads(done.stdout) == {"ids": sorted(second), "missing": []}
         await wait_drained(backend)
 
-        unknown = await cli_async("replay", "--id", str(first[0]), "--id", "987654", env=env)
+        unknown = await cli_async(
+            "replay", "--id", str(first[0]), "--id", "987654", "--yes", env=env
+        )
         assert unknown.returncode == 3, output(unknown)
         assert "not found or not retained: 987654" in unknown.stdout
         await wait_drained(backend)

@@ -302,6 +302,43 @@ def processed_ids(backend: Backend, group: str) -> set[str]:
     return {str(r[0]) for r in _fetch(backend, "processed_event_ids", {"consumer_group": group})}
 
 
+def backdate_processed(backend: Backend, group: str, seconds: float) -> None:
+    """The group's processed_events rows, made `seconds` older."""
+    conn = backend.connect()
+    try:
+        conn.execute(
+            consumer_sql(backend.dialect, "processed_event_backdate"),
+            {"consumer_group": group, "seconds": seconds},
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class KeptDeadLetter:
+    """A consumer_dead_letters row: a record the dead-letter topic refused for good."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: str
+    value_bytes: int | None
+    error_type: str
+    error: str
+    refused: str
+    headers: list[list[str]]
+
+
+def kept_dead_letters(backend: Backend) -> list[KeptDeadLetter]:
+    return [
+        KeptDeadLetter(
+            str(g), str(t), int(p), str(o), None if n is None else int(n), et, e, r, json.loads(h)
+        )
+        for g, t, p, o, n, et, e, r, h in _fetch(backend, "dead_letters_kept")
+    ]
+
+
 def dedup_transactions(backend: Backend, group: str) -> int:
     """How many transactions (on SQLite: at most) recorded the group's processed_events."""
     return int(_fetch(backend, "processed_event_transactions", {"consumer_group": group})[0][0])

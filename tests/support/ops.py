@@ -11,13 +11,15 @@ import asyncio
 import contextlib
 import json
 import os
+import pty
 import re
+import select
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,11 @@ def _execute(backend: Backend, name: str, params: dict[str, Any]) -> list[tuple[
 def park(backend: Backend, ids: Sequence[int], error: str) -> None:
     """Leaves rows parked with last_error, as a relay does after failing sends."""
     _execute(backend, "ops_park", {"ids": _ids(backend, ids), "error": error})
+
+
+def publish(backend: Backend, ids: Sequence[int]) -> None:
+    """Marks rows published and kept, as a relay with retention=keep leaves them."""
+    _execute(backend, "ops_publish", {"ids": _ids(backend, ids)})
 
 
 def backdate(backend: Backend, ids: Sequence[int], seconds: float) -> None:
@@ -181,6 +188,59 @@ async def cli_async(
     *args: str, env: dict[str, str] | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(cli, *args, env=env, stdin=stdin)
+
+
+PROMPT = b"[y/N] "
+
+
+def cli_on_terminal(
+    *args: str,
+    env: dict[str, str] | None = None,
+    answer: str,
+    before_answer: Callable[[], None] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """The CLI with a terminal (a pty) as its stdin, as an operator runs it: once it asks
+    for confirmation, before_answer() runs (say, to change rows meanwhile), then `answer`
+    is typed. A run that never asks returns as it exits."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    base.pop("DATABASE_URL", None)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "relay.cli", *args],
+        cwd=ROOT,
+        env={**base, **(env or {})},
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    os.close(follower)
+    assert proc.stdout is not None
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while PROMPT not in out:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no prompt within {timeout:.0f}s; output so far: {out!r}")
+            ready, _, _ = select.select([proc.stdout], [], [], left)
+            chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
+            if ready and not chunk:
+                break  # exited without asking
+            out += chunk
+        if PROMPT in out:
+            if before_answer is not None:
+                before_answer()
+            os.write(leader, answer.encode())
+        rest, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(leader)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, (out + rest).decode(), err.decode()
+    )
 
 
 def output(done: subprocess.CompletedProcess[str]) -> str:

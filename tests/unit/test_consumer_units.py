@@ -43,8 +43,6 @@ def test_consumer_errors_are_outbox_errors() -> None:
     "error",
     [
         TransientError("a dependency is down"),
-        ConnectionRefusedError("refused"),
-        TimeoutError("timed out"),
         DatabaseError("translated by an executor", retriable=True),
         psycopg.OperationalError("server closed the connection unexpectedly"),
         psycopg.errors.SerializationFailure("could not serialize access"),
@@ -66,6 +64,8 @@ def test_transient(error: BaseException) -> None:
     "error",
     [
         ValueError("the handler's own failure"),
+        ConnectionRefusedError("the handler's own call refused"),
+        TimeoutError("the handler's own call timed out"),
         PoisonRecord("never"),
         DatabaseError("translated, not retriable", retriable=False),
         MigrationError("outbox tables are missing"),

@@ -134,8 +134,12 @@ seccompProfile:
 {{- end }}
 - name: OUTBOX_SHARD_COUNT
   value: {{ $v.shardCount | int64 | quote }}
+# The pod's own address, not 0.0.0.0: the kubelet's probes and Prometheus reach the pod
+# IP, and with the host's network the endpoint would not open on every node address.
 - name: OUTBOX_HTTP_HOST
-  value: "0.0.0.0"
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
 - name: OUTBOX_HTTP_PORT
   value: {{ $v.http.port | int64 | quote }}
 - name: OUTBOX_LOG_LEVEL

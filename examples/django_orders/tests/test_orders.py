@@ -305,9 +305,9 @@ async def test_django_sync_dedups_and_purges_only_old_rows() -> None:
         for event_id in ids:
             assert await database.apply(group, event_id, still, None)
         assert not await database.apply(group, ids[0], still, None)  # a duplicate
-        assert await database.purge(3600.0, 1000) == 0  # nothing an hour old
+        assert await database.purge(group, 3600.0, 1000) == 0  # nothing an hour old
         await asyncio.sleep(1.5)
-        assert await database.purge(1.0, 1000) >= 3
+        assert await database.purge(group, 1.0, 1000) == 3
         recorded = await asyncio.to_thread(rows, "processed_events_of_group", consumer_group=group)
         assert recorded == []
     finally:

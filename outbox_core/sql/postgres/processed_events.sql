@@ -9,10 +9,13 @@ ON CONFLICT (consumer_group, event_id) DO NOTHING
 RETURNING 1;
 
 -- name: processed_event_purge
+-- One group's rows past that group's own retention: groups sharing a database keep their
+-- own replay windows. processed_events_group_age_idx finds them without the others'.
 DELETE FROM processed_events
-WHERE (consumer_group, event_id) IN (
-    SELECT consumer_group, event_id FROM processed_events
-    WHERE processed_at < now() - %(retention_s)s * interval '1 second'
+WHERE consumer_group = %(consumer_group)s AND event_id IN (
+    SELECT event_id FROM processed_events
+    WHERE consumer_group = %(consumer_group)s
+      AND processed_at < now() - %(retention_s)s * interval '1 second'
     LIMIT %(limit)s
 )
 RETURNING 1;

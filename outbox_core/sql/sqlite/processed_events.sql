@@ -7,10 +7,12 @@ ON CONFLICT (consumer_group, event_id) DO NOTHING
 RETURNING 1;
 
 -- name: processed_event_purge
+-- One group's rows past that group's own retention (see the Postgres file).
 DELETE FROM processed_events
 WHERE rowid IN (
     SELECT rowid FROM processed_events
-    WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :retention_s || ' seconds')
+    WHERE consumer_group = :consumer_group
+      AND processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || :retention_s || ' seconds')
     LIMIT :limit
 )
 RETURNING 1;

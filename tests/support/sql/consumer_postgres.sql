@@ -53,3 +53,14 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type 
 -- time its transaction started.
 SELECT count(DISTINCT processed_at) FROM processed_events
 WHERE consumer_group = %(consumer_group)s;
+
+-- name: dead_letters_kept
+-- What the consumer kept in its database because the dead-letter topic refused it.
+SELECT consumer_group, topic, source_partition, source_offset, octet_length(record_value),
+       error_type, error, dead_letter_error, headers::text
+FROM consumer_dead_letters ORDER BY id;
+
+-- name: processed_event_backdate
+-- Ages a group's dedup rows, as if they had been recorded `seconds` ago.
+UPDATE processed_events SET processed_at = processed_at - %(seconds)s * interval '1 second'
+WHERE consumer_group = %(consumer_group)s;

@@ -40,3 +40,13 @@ SELECT event_id FROM processed_events WHERE consumer_group = :consumer_group;
 -- time of the statement ('now' is fixed within one).
 SELECT count(DISTINCT processed_at) FROM processed_events
 WHERE consumer_group = :consumer_group;
+
+-- name: dead_letters_kept
+SELECT consumer_group, topic, source_partition, source_offset, length(record_value),
+       error_type, error, dead_letter_error, headers
+FROM consumer_dead_letters ORDER BY id;
+
+-- name: processed_event_backdate
+UPDATE processed_events
+SET processed_at = strftime('%Y-%m-%dT%H:%M:%fZ', processed_at, '-' || :seconds || ' seconds')
+WHERE consumer_group = :consumer_group;

@@ -13,3 +13,7 @@ WHERE id = ANY(%(ids)s::bigint[]);
 -- name: ops_rows
 SELECT id, event_id::text, topic, key, status, attempts, published_at IS NOT NULL
 FROM outbox_events ORDER BY id;
+
+-- name: ops_publish
+-- Marks rows published and kept (retention=keep), as a relay leaves them.
+UPDATE outbox_events SET published_at = now() WHERE id = ANY(%(ids)s::bigint[]);

@@ -14,3 +14,8 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 -- name: ops_rows
 SELECT id, event_id, topic, key, status, attempts, published_at IS NOT NULL
 FROM outbox_events ORDER BY id;
+
+-- name: ops_publish
+-- Marks rows published and kept (retention=keep), as a relay leaves them.
+UPDATE outbox_events SET published_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE id IN (SELECT value FROM json_each(:ids));

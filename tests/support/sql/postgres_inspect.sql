@@ -101,3 +101,18 @@ ALTER TABLE outbox_events ALTER COLUMN attempts SET DEFAULT 1;
 
 -- name: outbox_settings_clear
 DELETE FROM outbox_settings;
+
+-- name: outbox_headers_forge
+-- A row's headers naming the relay's own headers, as a writer other than producer_lib
+-- (which refuses them) could store them.
+UPDATE outbox_events
+SET headers = headers || jsonb_build_object(
+    'event_id', %(forged)s::text, 'EVENT_TYPE', 'Forged', 'x-user', 'kept');
+
+-- name: notify_listener_pid
+SELECT pid FROM pg_stat_activity
+WHERE application_name = 'outbox-relay-notify' AND datname = current_database();
+
+-- name: notify_send
+-- Any role may NOTIFY the relay's channel, with any payload.
+SELECT pg_notify(%(channel)s, %(payload)s);

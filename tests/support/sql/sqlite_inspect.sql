@@ -42,3 +42,7 @@ SELECT shard, owner, token,
        CASE WHEN lease_until = '' THEN NULL
             ELSE (julianday(lease_until) - julianday('now')) * 86400.0 END
 FROM outbox_relay_leases ORDER BY shard;
+
+-- name: outbox_headers_forge
+UPDATE outbox_events
+SET headers = json_set(headers, '$.event_id', :forged, '$.EVENT_TYPE', 'Forged', '$."x-user"', 'kept');
