@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 
 def upgrade_0002(op: Any) -> None:
@@ -42,5 +43,53 @@ def downgrade_0002(op: Any) -> None:
     op.drop_column("outbox_events", "tenant")
 
 
+def upgrade_0003(op: Any) -> None:
+    """0003_consumer_dead_letters: processed_events purged per group (its index), and the
+    table of records a consumer's dead-letter topic can never take."""
+    op.create_index(
+        "processed_events_group_age_idx", "processed_events", ["consumer_group", "processed_at"]
+    )
+    op.drop_index("processed_events_processed_at_idx", table_name="processed_events")
+    op.create_table(
+        "consumer_dead_letters",
+        sa.Column("id", sa.BigInteger(), sa.Identity(always=True), nullable=False),
+        sa.Column("consumer_group", sa.Text(), nullable=False),
+        sa.Column("topic", sa.Text(), nullable=False),
+        sa.Column("source_partition", sa.Integer(), nullable=False),
+        sa.Column("source_offset", sa.Text(), nullable=False),
+        sa.Column("record_key", sa.LargeBinary(), nullable=True),
+        sa.Column("record_value", sa.LargeBinary(), nullable=True),
+        sa.Column(
+            "headers",
+            postgresql.JSONB(),
+            nullable=False,
+            server_default=sa.text("'[]'::jsonb"),
+        ),
+        sa.Column("error_type", sa.Text(), nullable=False),
+        sa.Column("error", sa.Text(), nullable=False),
+        sa.Column("dead_letter_error", sa.Text(), nullable=False),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            nullable=False,
+            server_default=sa.text("now()"),
+        ),
+        sa.PrimaryKeyConstraint("id", name="consumer_dead_letters_pkey"),
+        sa.UniqueConstraint(
+            "consumer_group",
+            "topic",
+            "source_partition",
+            "source_offset",
+            name="consumer_dead_letters_record_key",
+        ),
+    )
+
+
+def downgrade_0003(op: Any) -> None:
+    op.drop_table("consumer_dead_letters")
+    op.create_index("processed_events_processed_at_idx", "processed_events", ["processed_at"])
+    op.drop_index("processed_events_group_age_idx", table_name="processed_events")
+
+
 # Migration version -> its operations (every migration after 0001 has one: a test checks).
-UPGRADES: dict[int, Callable[[Any], None]] = {2: upgrade_0002}
+UPGRADES: dict[int, Callable[[Any], None]] = {2: upgrade_0002, 3: upgrade_0003}
