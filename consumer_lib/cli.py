@@ -41,6 +41,7 @@ from consumer_lib.environment import (
 from consumer_lib.errors import ConsumerConfigError
 from outbox_core import logs
 from outbox_core.distribution import version
+from outbox_core.settings import add_flags
 
 log = logging.getLogger("consumer_lib")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -151,22 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"one JSON object per log line [env {ENV_PREFIX}LOG_JSON; default False]",
     )
-    for field in settings_fields():
-        info = field.info
-        default = "(required)" if info.is_required() else info.default
-        help_text = f"{info.description or ''} [env {field.env(ENV_PREFIX)}; default {default}]"
-        if field.is_bool:
-            run.add_argument(
-                field.flag,
-                dest=field.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=help_text,
-            )
-        else:
-            run.add_argument(
-                field.flag, dest=field.name, default=None, metavar="VALUE", help=help_text
-            )
+    add_flags(run, settings_fields(), ENV_PREFIX)
     return parser
 
 

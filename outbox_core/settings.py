@@ -9,9 +9,10 @@ its group. Flat keyword arguments are accepted too (`load_settings(kafka_client_
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, get_args, get_origin
 
@@ -45,11 +46,46 @@ class FlatField:
         return self.info.annotation is bool
 
     @property
+    def default_text(self) -> str:
+        """The default as --help and the docs show it ("(required)" when there is none)."""
+        info = self.info
+        if info.is_required():
+            return "(required)"
+        value = info.get_default(call_default_factory=True)
+        if isinstance(value, dict | list):
+            return json.dumps(value)
+        # A factory's other values differ per process (a replica id).
+        return "(generated)" if info.default_factory is not None else str(value)
+
+    def help(self, prefix: str) -> str:
+        return (
+            f"{self.info.description or ''} [env {self.env(prefix)}; default {self.default_text}]"
+        )
+
+    @property
     def is_json(self) -> bool:
         kind = get_origin(self.info.annotation) or self.info.annotation
         return kind in (dict, list) or any(
             (get_origin(a) or a) in (dict, list) for a in get_args(self.info.annotation)
         )
+
+
+def add_flags(parser: argparse.ArgumentParser, fields: Iterable[FlatField], prefix: str) -> None:
+    """A flag per setting, mirroring its environment variable (a flag given wins); unset
+    flags are None, so they never override the environment."""
+    for field in fields:
+        if field.is_bool:
+            parser.add_argument(
+                field.flag,
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=field.help(prefix),
+            )
+        else:
+            parser.add_argument(
+                field.flag, dest=field.name, default=None, metavar="VALUE", help=field.help(prefix)
+            )
 
 
 def _group_of(info: FieldInfo) -> type[SettingsGroup] | None:

@@ -22,9 +22,9 @@ from outbox_core.database_url import DatabaseUrl
 from outbox_core.distribution import version
 from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.migrate import migrate
+from outbox_core.settings import add_flags
 from relay.config import (
     ENV_PREFIX,
-    field_help,
     load_settings,
     settings_fields,
     unknown_env_names,
@@ -116,20 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the relay. Every flag can also be set by the environment variable "
         "shown; flags win. Secrets (the database URL) are never printed.",
     )
-    for field, (_, env, text, default) in zip(settings_fields(), field_help(), strict=True):
-        help_text = f"{text} [env {env}; default {default}]"
-        if field.is_bool:
-            run.add_argument(
-                field.flag,
-                dest=field.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=help_text,
-            )
-        else:
-            run.add_argument(
-                field.flag, dest=field.name, default=None, metavar="VALUE", help=help_text
-            )
+    add_flags(run, settings_fields(), ENV_PREFIX)
     return parser
 
 

@@ -8,7 +8,6 @@ Every field is documented in its group; `outbox-relay run --help` prints the sam
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
@@ -170,15 +169,9 @@ def unknown_env_names(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(n for n in names if n.upper().startswith(ENV_PREFIX) and n.upper() not in known)
 
 
-def field_help() -> list[tuple[str, str, str, object]]:
-    """(flag, env, description, default) per field, for the CLI."""
-    out = []
-    for field in settings_fields():
-        info = field.info
-        default: object = info.default if info.default_factory is None else "(generated)"
-        if info.is_required():
-            default = "(required)"
-        if isinstance(default, dict):
-            default = json.dumps(default)
-        out.append((field.flag, field.env(ENV_PREFIX), info.description or "", default))
-    return out
+def field_help() -> list[tuple[str, str, str, str]]:
+    """(flag, env, description, default) per field, for the docs' settings table."""
+    return [
+        (f.flag, f.env(ENV_PREFIX), f.info.description or "", f.default_text)
+        for f in settings_fields()
+    ]
