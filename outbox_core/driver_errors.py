@@ -96,7 +96,9 @@ def classify(exc: BaseException) -> OutboxError:
             isinstance(orig, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
         )
         return DatabaseError(message, retriable=retriable)
-    if isinstance(orig, ConnectionError | TimeoutError):
+    if isinstance(orig, OSError):
+        # The socket's own error (asyncpg raises a refused, reset or unresolvable
+        # connect as it is): the server or the network away, not the statement.
         return DatabaseError(message, retriable=True)
     return DatabaseError(message, retriable=sa_retriable)
 
