@@ -38,6 +38,11 @@ class StartupParameterRefused(DatabaseError):
         self.parameter = parameter
 
 
+class SessionSettingsDropped(StartupParameterRefused):
+    """The server runs none of the settings a connection gave in `options`: a pooler in
+    between took the parameter and dropped it (PgBouncer's ignore_startup_parameters)."""
+
+
 class UniqueViolation(DatabaseError):
     """A row with the same unique key exists; the message names the constraint."""
 

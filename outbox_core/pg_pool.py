@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from outbox_core.database_url import Dialect
 from outbox_core.driver_errors import classify
-from outbox_core.errors import DatabaseError
+from outbox_core.errors import DatabaseError, SessionSettingsDropped
 from outbox_core.executors import (
     AsyncExecutor,
     AsyncPsycopgExecutor,
@@ -98,6 +98,7 @@ class PostgresPool:
         self._open_wait_s = open_wait_s
         self._conninfo = conninfo
         session = session or SessionSettings()
+        self.session = session
         self._local = session.local_settings() if session.per_transaction else None
         self._kwargs = {"autocommit": True, **session.connect_kwargs(conninfo)}
         self.pool = reconnecting_pool(
@@ -115,6 +116,18 @@ class PostgresPool:
             else:
                 await self._probe()
                 await self.pool.open(wait=True, timeout=self._open_wait_s)
+        if self._open_wait_s is not None and self.session.dropped(await self.settings()):
+            await self.pool.close()
+            raise SessionSettingsDropped(
+                "the server runs none of the session settings given in the options startup "
+                "parameter: a connection pooler (PgBouncer with ignore_startup_parameters = "
+                "options) dropped them",
+                parameter="options",
+            )
+
+    async def settings(self) -> Rows:
+        """The server settings in force on this pool's statements (name, value)."""
+        return await self.run(self.session.show())
 
     async def _probe(self) -> None:
         """One connection of our own before the pool's, whose errors the pool only logs."""

@@ -16,7 +16,7 @@ whatever the URL names (the pooler, if one is there).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -55,6 +55,19 @@ class SessionSettings:
             "session_settings_local",
             {"names": list(self.server), "values": list(self.server.values())},
         )
+
+    def show(self) -> Statement:
+        """The statement that reads the server settings back (SessionSettings.dropped)."""
+        return Statement("session_settings_show", {"names": list(self.server)})
+
+    def dropped(self, shown: Sequence[Sequence[Any]]) -> bool:
+        """Whether none of the server settings is in force (rows of `show`): something
+        between us and Postgres dropped them (a pooler told to ignore `options`). Some
+        differing is no sign: a user's own `options` win over ours on purpose."""
+        if not self.server:
+            return False
+        now = {str(name): str(value) for name, value in shown}
+        return not any(now.get(name) == value for name, value in self.server.items())
 
     def connect_kwargs(self, conninfo: str) -> dict[str, Any]:
         """Keyword arguments for psycopg's connect() beside conninfo: our options merged

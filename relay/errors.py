@@ -27,7 +27,7 @@ class PoolerRefused(RelayConfigError):
         super().__init__(
             f"{refused}. The relay is configured for a direct connection and passes its "
             "session settings (statement_timeout, lock_timeout, ...) as the options startup "
-            "parameter, which PgBouncer refuses: set OUTBOX_DATABASE_POOLER=transaction "
+            "parameter, which PgBouncer refuses (or, told to ignore it, drops): set OUTBOX_DATABASE_POOLER=transaction "
             "(--database-pooler transaction) to set them in each transaction instead "
             "(docs/poolers.md)"
         )

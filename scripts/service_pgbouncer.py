@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
@@ -60,11 +61,13 @@ def pgbouncer_install() -> str:
     return found
 
 
-def pgbouncer_config(port: int, data: Path, server_url: str) -> str:
+def pgbouncer_config(
+    port: int, data: Path, server_url: str, extra: Mapping[str, str] | None = None
+) -> str:
     """The package's stock settings (its defaults: max_client_conn 100, default_pool_size
     20, no ignore_startup_parameters) with pool_mode=transaction, loopback only, no Unix
     socket, md5 auth against a userlist of the project's one role, every database name
-    passed through to the server."""
+    passed through to the server. extra: settings to add (a test's non-stock pooler)."""
     server = urlsplit(server_url)
     return "\n".join(
         [
@@ -81,6 +84,7 @@ def pgbouncer_config(port: int, data: Path, server_url: str) -> str:
             "auth_type = md5",
             f"auth_file = {data / 'userlist.txt'}",
             "pool_mode = transaction",
+            *(f"{name} = {value}" for name, value in (extra or {}).items()),
             "",
         ]
     )
@@ -93,13 +97,18 @@ def _as_owner(cmd: list[str]) -> list[str]:
     return cmd
 
 
-def pgbouncer_start(port: int, data: Path, server_url: str = DEFAULT_DATABASE_URL) -> str:
+def pgbouncer_start(
+    port: int,
+    data: Path,
+    server_url: str = DEFAULT_DATABASE_URL,
+    extra: Mapping[str, str] | None = None,
+) -> str:
     """Start a daemonized pgbouncer on 127.0.0.1:port in front of server_url's Postgres,
     its files in `data`; wait until it takes connections. Returns its URL."""
     binary = pgbouncer_install()
     data.mkdir(parents=True, exist_ok=True)
     ini = data / "pgbouncer.ini"
-    ini.write_text(pgbouncer_config(port, data, server_url))
+    ini.write_text(pgbouncer_config(port, data, server_url, extra))
     user, password, _ = _login(server_url)
     (data / "userlist.txt").write_text(f'"{user}" "{password}"\n')
     if os.geteuid() == 0:
