@@ -39,8 +39,12 @@ def own_pgbouncer(server_url: str, extra: Mapping[str, str] | None = None) -> It
 
 @contextlib.contextmanager
 def pgbouncer_url(server_url: str) -> Iterator[str]:
+    """PGBOUNCER_URL's pooler when it answers (`scripts/services env` prints the variable
+    whether or not `up` started one), else one of our own."""
+    from scripts.service_pgbouncer import pgbouncer_ready
+
     url = os.environ.get("PGBOUNCER_URL")
-    if url:
+    if url and pgbouncer_ready(url):
         yield url
         return
     with own_pgbouncer(server_url) as started:
