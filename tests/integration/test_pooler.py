@@ -258,7 +258,9 @@ async def test_a_lock_held_elsewhere_times_out_the_claim_and_the_relay_carries_o
             next(lock)
             await until(lambda: relay.stats.store_errors >= 2)
             next(lock, None)  # the lock's transaction ends
-            emit(either, topic, 50)
+            # In a thread: the relay shares this loop, and a transaction it has begun
+            # holds one of the pooler's server connections until the loop runs it on.
+            await asyncio.to_thread(emit, either, topic, 50)
             await wait_drained(direct)
     finally:
         next(lock, None)
