@@ -225,8 +225,16 @@ class _Producer:
 
 
 class _Limits:
-    async def batch_bytes(self, topics: set[str]) -> dict[str, int]:
-        return dict.fromkeys(topics, 1_000_000)
+    def limit(self, topic: str) -> int:
+        return 1_000_000
+
+    async def close(self) -> None:
+        pass
+
+
+class _Directory:
+    def partitions(self, topic: str) -> list[int]:
+        return [0]
 
     async def close(self) -> None:
         pass
@@ -238,6 +246,7 @@ def _publisher_on(producer: _Producer) -> KafkaPublisher:
     stub = cast(Any, publisher)
     stub._producer = producer
     stub._limits = _Limits()  # no broker to ask for topic limits
+    stub._topics = _Directory()  # nor for partitions
     stub._builder = lambda producer, size: _Builder()
     return publisher
 
@@ -360,8 +369,9 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
     loop = asyncio.get_running_loop()
     forgotten: list[str] = []
 
-    def forget() -> None:
+    def forget(exc: BaseException) -> PublishFailed:
         forgotten.append("orders")
+        return classify(exc)
 
     ok, too_big, never = loop.create_future(), loop.create_future(), loop.create_future()
     acks = [_ack(f, 0.05, forget) for f in (ok, too_big, never)]
