@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,6 +49,8 @@ from relay.transport.kafka_settings import KafkaSettings
 from relay.transport.protocol import ACKED, HELD, Outcome
 from relay.transport.records import OutgoingRecord
 from relay.transport.topic_limits import FALLBACK_BATCH_BYTES, TopicLimits
+
+log = logging.getLogger("relay.topics")
 
 # The producer instance is unusable after these; a new one (new producer id) is needed.
 _FATAL = (
@@ -120,6 +123,7 @@ class KafkaPublisher:
         # topic -> (largest batch, until when): after the broker refused a batch of
         # several records for its size.
         self._split: dict[str, tuple[int, float]] = {}
+        self._said: dict[str, float] = {}  # topic -> when its refusal may be logged again
 
     def _make(self) -> AIOKafkaProducer:
         s = self._settings
@@ -353,6 +357,19 @@ class KafkaPublisher:
         )
         return None
 
+    def _say_refused(self, topic: str, failed: PublishFailed) -> None:
+        """A log line naming the topic whose writes the cluster refuses, once a minute."""
+        now = time.monotonic()
+        if self._said.get(topic, 0.0) > now:
+            return
+        if len(self._said) > 10_000:
+            self._said.clear()
+        self._said[topic] = now + 60.0
+        log.warning(
+            "topic refuses the relay's writes; its events back off (never parked for it)",
+            extra={"topic": topic, "reason": failed.reason.label, "error": str(failed)},
+        )
+
     def _refused(
         self, exc: BaseException, topic: str, records: int, batch_bytes: int
     ) -> PublishFailed:
@@ -360,6 +377,8 @@ class KafkaPublisher:
         failed = classify(exc)
         if failed.reason is FailureReason.UNKNOWN_TOPIC and self._topics is not None:
             self._topics.forget(topic)  # deleted meanwhile? look it up again
+        if not failed.charged and not failed.fatal:
+            self._say_refused(topic, failed)
         if failed.reason is not FailureReason.TOO_LARGE:
             return failed
         self._limits.forget(topic)  # the topic's limit changed: read it again

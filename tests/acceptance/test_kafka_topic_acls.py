@@ -116,8 +116,9 @@ async def test_without_describe_configs_large_valid_records_still_publish(
 
 
 async def test_a_topic_it_may_not_write_backs_off_and_is_never_parked(
-    broker: SecureBroker, tmp_path: Path
+    broker: SecureBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="relay.topics")
     fine = unique_topic_name("fine")
     await create_topics(broker.plaintext, [fine, DENIED])
     backend = sqlite_backend(tmp_path / "outbox.sqlite3")
@@ -138,3 +139,4 @@ async def test_a_topic_it_may_not_write_backs_off_and_is_never_parked(
     assert state.status == "pending"  # never parked for the ACL
     assert "TopicAuthorizationFailed" in (state.last_error or "")
     assert len(await read_topic(broker.plaintext, fine)) == 1
+    assert [r for r in caplog.records if getattr(r, "topic", None) == DENIED]
