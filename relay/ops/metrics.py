@@ -24,6 +24,13 @@ class RelayMetrics:
             ["reason"],
             registry=r,
         )
+        self.topic_unavailable = Counter(
+            "outbox_relay_topic_unavailable",
+            "Failed sends of rows whose topic is not on the cluster or not authorized for "
+            'the relay, by topic (at most 50 topics named, the rest as topic="other").',
+            ["topic"],
+            registry=r,
+        )
         self.parked = Counter(
             "outbox_relay_events_parked", "Rows parked by this relay.", registry=r
         )

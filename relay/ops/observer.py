@@ -14,6 +14,10 @@ from relay.store import Backlog, TenantBacklog
 # shares its label with them (its rows are added in).
 UNTENANTED = "none"
 OTHER_TENANTS = "other"
+# outbox_relay_topic_unavailable_total names at most this many topics (rows can name any
+# topic); the others share the label "other".
+MAX_TOPIC_LABELS = 50
+OTHER_TOPICS = "other"
 
 
 @dataclass
@@ -38,6 +42,7 @@ class RelayObserver:
         self.stats = RelayStats(transport=transport)
         self.metrics = RelayMetrics()
         self._tenant_labels: set[str] = set()
+        self._topic_labels: set[str] = set()
 
     def batch(self, outcome: BatchOutcome) -> None:
         st, m = self.stats, self.metrics
@@ -56,10 +61,20 @@ class RelayObserver:
             m.published.labels(topic=topic).inc(count)
         for reason, count in outcome.failures_by_reason.items():
             m.failures.labels(reason=reason.label).inc(count)
+        for topic, count in outcome.unavailable_by_topic.items():
+            m.topic_unavailable.labels(topic=self._topic_label(topic)).inc(count)
         if outcome.parked:
             m.parked.inc(outcome.parked)
         if outcome.latency_s is not None:
             m.latency.observe(outcome.latency_s)  # once per batch, not per event
+
+    def _topic_label(self, topic: str) -> str:
+        if topic in self._topic_labels:
+            return topic
+        if len(self._topic_labels) >= MAX_TOPIC_LABELS:
+            return OTHER_TOPICS
+        self._topic_labels.add(topic)
+        return topic
 
     def transport_started(self) -> None:
         self.stats.transport_ok = True

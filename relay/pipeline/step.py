@@ -118,6 +118,8 @@ class BatchOutcome:
     latency_s: float | None = None  # commit to ack of the oldest row published
     published_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
     failures_by_reason: dict[FailureReason, int] = field(default_factory=dict, repr=False)
+    # Rows of a topic missing or not authorized, by Kafka topic.
+    unavailable_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
 
 
 _ID = attrgetter("id")  # per published row: map() with it runs in C
@@ -130,8 +132,14 @@ def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
     )
 
 
+# Failures that say a topic cannot take anything now, counted by topic for the operator.
+TOPIC_UNAVAILABLE = frozenset({FailureReason.UNKNOWN_TOPIC, FailureReason.TOPIC_DENIED})
+
+
 def _failure(row: ClaimedRow, error: PublishFailed, settings: BatchSettings) -> Failure:
-    park = (not error.retriable) or row.attempts + 1 >= settings.max_attempts
+    # An uncharged failure (not the row's fault) backs the row off like any other, its
+    # attempts the exponent, but never parks it.
+    park = (not error.retriable) or (error.charged and row.attempts + 1 >= settings.max_attempts)
     return Failure(row.id, str(error)[:MAX_ERROR_CHARS], backoff_s(row.attempts, settings), park)
 
 
@@ -301,6 +309,11 @@ class Step:
             published = [row for row in published if row.shard not in lost]
             failures = [f for f in failures if shard_of[f.id] not in lost]
         parked = sum(1 for f in failures if f.park)
+        unavailable = [i for i, e in sent.errors.items() if e.reason in TOPIC_UNAVAILABLE]
+        by_topic: Counter[str] = Counter()
+        if unavailable:
+            topic_of = {row.id: row.topic for row in sent.rows}
+            by_topic.update(rules.topics.kafka_topic(topic_of[i]) for i in unavailable)
         return BatchOutcome(
             claimed=len(sent.rows),
             published=len(published),
@@ -315,4 +328,5 @@ class Step:
             ),
             published_by_topic=dict(Counter(map(attrgetter("topic"), published))),
             failures_by_reason=dict(Counter(e.reason for e in sent.errors.values())),
+            unavailable_by_topic=dict(by_topic),
         )

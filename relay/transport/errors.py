@@ -9,6 +9,10 @@ A reason decides everything the relay does with a failure:
   claim got through and every failure is the transport's, the transport is away: nothing
   is charged and the loop backs off (TransportUnavailable);
 - `fatal`: the producer itself is broken and must be replaced; its rows are not charged;
+- `charged`: whether the failure counts toward the row's max_attempts. An uncharged
+  failure (the topic's ACL, its in-sync replicas: not the row's fault) still backs the
+  row off, persisted, so its key waits behind it and the claim moves past it, but it
+  never parks the row, however long it lasts;
 - `label`: the `reason` label of outbox_relay_publish_failures_total, a bounded set.
 """
 
@@ -20,22 +24,30 @@ from relay.errors import RelayError
 
 
 class FailureReason(Enum):
-    #                    label               retriable  transport  fatal
-    TOO_LARGE = ("RecordTooLarge", False, False, False)
-    REFUSED = ("Refused", False, False, False)  # refused for good: invalid, wrong type, denied
-    UNKNOWN_TOPIC = ("UnknownTopic", True, False, False)  # the topic's problem: charged
-    TOPIC_UNAVAILABLE = ("TopicUnavailable", True, False, False)  # too few replicas
-    TIMEOUT = ("Timeout", True, True, False)
-    UNREACHABLE = ("Unreachable", True, True, False)  # connection refused, reset, DNS
-    RETRIABLE = ("Retriable", True, True, False)  # another passing broker condition
-    PRODUCER_BROKEN = ("ProducerBroken", True, True, True)  # fenced, closed, out of sequence
-    NO_ACK = ("NoAck", True, True, True)  # never answered: its producer is replaced
+    #                    label               retriable  transport  fatal  charged
+    TOO_LARGE = ("RecordTooLarge", False, False, False, True)  # alone, refused for its size
+    REFUSED = ("Refused", False, False, False, True)  # refused for good: invalid, wrong type
+    UNKNOWN_TOPIC = ("UnknownTopic", True, False, False, True)  # the topic's problem: charged
+    TOPIC_DENIED = ("TopicDenied", True, False, False, False)  # not authorized (an ACL)
+    TOPIC_UNAVAILABLE = ("TopicUnavailable", True, False, False, False)  # too few replicas
+    TIMEOUT = ("Timeout", True, True, False, True)
+    UNREACHABLE = ("Unreachable", True, True, False, True)  # connection refused, reset, DNS
+    RETRIABLE = ("Retriable", True, True, False, True)  # another passing broker condition
+    PRODUCER_BROKEN = ("ProducerBroken", True, True, True, True)  # fenced, closed, out of sequence
+    NO_ACK = ("NoAck", True, True, True, True)  # never answered: its producer is replaced
+    # The broker refused a batch of several records for its size: none of them is known to
+    # be too large. They go out again in smaller batches; the refusal put the producer's
+    # sequence numbers out of step with the broker's, so it is replaced first.
+    BATCH_TOO_LARGE = ("BatchTooLarge", True, False, True, False)
 
-    def __init__(self, label: str, retriable: bool, transport: bool, fatal: bool) -> None:
+    def __init__(
+        self, label: str, retriable: bool, transport: bool, fatal: bool, charged: bool
+    ) -> None:
         self.label = label
         self.retriable = retriable
         self.transport = transport
         self.fatal = fatal
+        self.charged = charged
 
 
 class PublishFailed(RelayError):
@@ -54,6 +66,10 @@ class PublishFailed(RelayError):
     @property
     def fatal(self) -> bool:
         return self.reason.fatal
+
+    @property
+    def charged(self) -> bool:
+        return self.reason.charged
 
 
 class TransportUnavailable(RelayError):

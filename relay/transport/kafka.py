@@ -5,6 +5,16 @@ Each claim becomes one record batch per partition (more when a partition's recor
 the topic's limit), each closed before it is submitted unless a linger is set: the claim is
 the batch. A record batch is acked or refused as a whole, with one shared ack.
 
+Nothing here waits for a topic. Its partitions come from the producer's metadata and its
+limit from topic_limits, both at once; what they do not know yet is looked up beside the
+cycle (aiokafka_adapter.TopicDirectory, TopicLimits), and meanwhile only that topic's
+records wait (HELD) or, once the topic is known to be missing or denied, fail. The
+largest record is the topic's limit (max.message.bytes, capped by max_request_size); a
+record larger than a batch goes in a batch of its own, and while the limit is unknown
+none is refused for its size. A batch of several records the broker refuses for its size
+fails as BATCH_TOO_LARGE (uncharged): the topic's next batches are at most half as large,
+until only a record too large alone is refused (TOO_LARGE, parked).
+
 Per-key order: the records of one key in one call travel in one record batch, so a later
 record of a key can never be acked after an earlier one failed. A key whose records would
 span two record batches keeps the later ones HELD: they go out with the next claim, after
@@ -16,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,12 +38,19 @@ from aiokafka.partitioner import murmur2
 
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.supervisor import PIECE
-from relay.transport.aiokafka_adapter import BatchBuilder, record_batch
+from relay.transport.aiokafka_adapter import (
+    BatchBuilder,
+    TopicDirectory,
+    TopicState,
+    record_batch,
+)
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka_settings import KafkaSettings
 from relay.transport.protocol import ACKED, HELD, Outcome
 from relay.transport.records import OutgoingRecord
-from relay.transport.topic_limits import TopicLimits
+from relay.transport.topic_limits import FALLBACK_BATCH_BYTES, TopicLimits
+
+log = logging.getLogger("relay.topics")
 
 # The producer instance is unusable after these; a new one (new producer id) is needed.
 _FATAL = (
@@ -44,7 +63,9 @@ SIZE_ERRORS = (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListToo
 # By class, most specific first. aiokafka marks a batch that expired while the broker was
 # away (KafkaTimeoutError) as not retriable; for the relay it is the broker being
 # unreachable, which is. A missing topic is retriable yet the topic's problem: charged to
-# its rows (with backoff, then parked) so that it cannot hold a whole shard back.
+# its rows (with backoff, then parked) so that it cannot hold a whole shard back. A topic
+# this relay may not write, or whose partition lacks in-sync replicas, is the cluster's
+# problem, not the row's: its rows back off, uncharged (never parked for it).
 _REASONS: tuple[
     tuple[type[BaseException] | tuple[type[BaseException], ...], FailureReason], ...
 ] = (
@@ -53,7 +74,11 @@ _REASONS: tuple[
     (kafka_errors.KafkaTimeoutError, FailureReason.TIMEOUT),
     (kafka_errors.KafkaConnectionError, FailureReason.UNREACHABLE),
     (kafka_errors.UnknownTopicOrPartitionError, FailureReason.UNKNOWN_TOPIC),
-    (kafka_errors.NotEnoughReplicasError, FailureReason.TOPIC_UNAVAILABLE),
+    (kafka_errors.TopicAuthorizationFailedError, FailureReason.TOPIC_DENIED),
+    (
+        (kafka_errors.NotEnoughReplicasError, kafka_errors.NotEnoughReplicasAfterAppendError),
+        FailureReason.TOPIC_UNAVAILABLE,
+    ),
     (asyncio.TimeoutError, FailureReason.TIMEOUT),
     (OSError, FailureReason.UNREACHABLE),
 )
@@ -78,6 +103,14 @@ def classify(exc: BaseException) -> PublishFailed:
 # batch size minus these could never be accepted by the broker.
 RECORD_OVERHEAD = 64
 BATCH_HEADER = 61
+LOOKUP_WAIT_S = 0.1  # the most a cycle waits for a new topic's lookup or limit
+SPLIT_FOR_S = 300.0  # how long a topic's batches stay halved after a size refusal
+
+_WHY = {
+    TopicState.MISSING: (FailureReason.UNKNOWN_TOPIC, "topic {} not found on the cluster"),
+    TopicState.DENIED: (FailureReason.TOPIC_DENIED, "topic {} not authorized for this relay"),
+    TopicState.INVALID: (FailureReason.REFUSED, "{!r} is not a legal Kafka topic name"),
+}
 
 
 class KafkaPublisher:
@@ -85,7 +118,12 @@ class KafkaPublisher:
         self._settings = settings
         self._security = security
         self._producer: AIOKafkaProducer | None = None
+        self._topics: TopicDirectory | None = None
         self._limits = TopicLimits(self._make_admin, settings.max_request_size)
+        # topic -> (largest batch, until when): after the broker refused a batch of
+        # several records for its size.
+        self._split: dict[str, tuple[int, float]] = {}
+        self._said: dict[str, float] = {}  # topic -> when its refusal may be logged again
 
     def _make(self) -> AIOKafkaProducer:
         s = self._settings
@@ -119,9 +157,17 @@ class KafkaPublisher:
                 await producer.stop()
             raise classify(exc) from exc
         self._producer = producer
+        self._topics = TopicDirectory(
+            producer,
+            name="kafka topic lookup",
+            timeout_s=self._settings.request_timeout_ms / 1000,
+        )
 
     async def stop(self) -> None:
         producer, self._producer = self._producer, None
+        topics, self._topics = self._topics, None
+        if topics is not None:
+            await topics.close()
         if producer is not None:
             with contextlib.suppress(Exception):
                 await producer.stop()
@@ -131,18 +177,37 @@ class KafkaPublisher:
         await self.stop()
         await self.start()
 
-    async def _partitions(
-        self, producer: AIOKafkaProducer, topics: set[str]
-    ) -> dict[str, list[int] | PublishFailed]:
-        found: dict[str, list[int] | PublishFailed] = {}
+    def _partitions(self, topics: set[str]) -> dict[str, list[int] | PublishFailed | None]:
+        """Each topic's partitions, a topic's failure, or None: not known yet (HELD)."""
+        directory = self._topics
+        assert directory is not None
+        found: dict[str, list[int] | PublishFailed | None] = {}
         for topic in topics:
-            try:
-                found[topic] = sorted(await producer.partitions_for(topic))
-            except BaseException as exc:
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                found[topic] = classify(exc)
+            known = directory.partitions(topic)
+            if isinstance(known, list):
+                found[topic] = known
+            elif known is TopicState.LOOKING:
+                found[topic] = None
+            else:
+                reason, text = _WHY[known]
+                found[topic] = PublishFailed(reason, text.format(topic))
         return found
+
+    def _sizes(self, topic: str) -> tuple[int, int | None]:
+        """(the record batch to build, the largest record the broker takes or None: not
+        known) for the topic."""
+        limit = self._limits.limit(topic)
+        size = FALLBACK_BATCH_BYTES if limit is None else limit
+        size = min(size, self._settings.max_request_size)
+        if self._settings.max_batch_bytes is not None:
+            size = min(size, self._settings.max_batch_bytes)
+        split = self._split.get(topic)
+        if split is not None:
+            if split[1] > time.monotonic():
+                size = min(size, split[0])
+            else:
+                del self._split[topic]
+        return size, None if limit is None else limit - BATCH_HEADER - RECORD_OVERHEAD
 
     def _builder(self, producer: AIOKafkaProducer, size: int) -> BatchBuilder:
         # The producer's own builders have one size for every topic; ours fit each topic.
@@ -156,14 +221,18 @@ class KafkaPublisher:
             raise PublishFailed(FailureReason.PRODUCER_BROKEN, "producer is not started")
         results: list[Outcome] = [HELD] * len(records)
         topics = {r.topic for r in records}
-        partitions = await self._partitions(producer, topics)
-        sizes = await self._limits.batch_bytes(topics)
-        if self._settings.max_batch_bytes is not None:
-            sizes = {t: min(size, self._settings.max_batch_bytes) for t, size in sizes.items()}
+        partitions = self._partitions(topics)
+        if None in partitions.values() and self._topics is not None:
+            # A topic seen for the first time: its lookup (one round trip) usually ends at
+            # once; it is given LOOKUP_WAIT_S, and its records wait if it takes longer.
+            await self._topics.looked(LOOKUP_WAIT_S)
+            partitions = self._partitions(topics)
         groups: dict[tuple[str, int], list[tuple[int, OutgoingRecord]]] = {}
         refused: set[tuple[str, bytes]] = set()
         for i, record in enumerate(records):
             known = partitions[record.topic]
+            if known is None:
+                continue  # HELD: the topic is being looked up, beside the cycle
             if isinstance(known, PublishFailed):
                 # Its first record carries the topic's failure; the later ones are HELD
                 # behind it, as behind any refused record of their key.
@@ -178,9 +247,14 @@ class KafkaPublisher:
             else:
                 group.append((i, record))
         acks: list[tuple[asyncio.Future[None], list[int]]] = []
+        sizes = {topic: self._sizes(topic) for topic, _ in groups}
+        if any(largest is None for _, largest in sizes.values()):
+            await self._limits.read(LOOKUP_WAIT_S)  # as for a topic's lookup
+            sizes = {topic: self._sizes(topic) for topic, _ in groups}
         for (topic, partition), items in groups.items():
+            size, largest = sizes[topic]
             await self._enqueue_partition(
-                producer, topic, partition, sizes[topic], items, results, acks
+                producer, topic, partition, size, items, results, acks, largest
             )
         answers = await asyncio.gather(*(ack for ack, _ in acks), return_exceptions=True)
         for (_, members), answer in zip(acks, answers, strict=True):
@@ -200,9 +274,12 @@ class KafkaPublisher:
         items: list[tuple[int, OutgoingRecord]],
         results: list[Outcome],
         acks: list[tuple[asyncio.Future[None], list[int]]],
+        largest: int | None = None,
     ) -> None:
-        largest = size - BATCH_HEADER - RECORD_OVERHEAD
+        """largest: the largest record the topic takes (None: not known; then none is
+        refused here). A record larger than `size` goes in a batch of its own."""
         builder, members, start = self._builder(producer, size), list[int](), 0
+        batch_bytes = 0
         # Keys whose later records wait for the next call: in a batch already submitted
         # by this call, or refused as too large.
         held: set[bytes] = set()
@@ -215,7 +292,7 @@ class KafkaPublisher:
             # its size checked (a later one that does not fit starts the next batch).
             if members and _append(builder, record) is None:  # full: submit it
                 failed = await self._submit(
-                    producer, builder, topic, partition, members, results, acks
+                    producer, builder, topic, partition, members, results, acks, batch_bytes
                 )
                 if failed is not None:
                     return  # nothing later of this partition may overtake it: HELD
@@ -223,23 +300,27 @@ class KafkaPublisher:
                 # were held already).
                 held.update(earlier.key for _, earlier in items[start:n])
                 builder, members, start = self._builder(producer, size), [], n
+                batch_bytes = 0
                 if record.key in held:
                     continue  # HELD
             if not members:
-                if record.size > largest:
+                if largest is not None and record.size > largest:
                     # Its later records are HELD, not refused: they are not too large, and
                     # whether they may go ahead of it is the failure policy's to decide.
                     held.add(record.key)
                     results[i] = PublishFailed(
                         FailureReason.TOO_LARGE,
                         f"record too large: {record.size} bytes, more than topic {topic} "
-                        f"accepts (max.message.bytes {size})",
+                        f"accepts (max.message.bytes {largest + BATCH_HEADER + RECORD_OVERHEAD})",
                     )
                     continue
                 _append(builder, record)
             members.append(i)
+            batch_bytes += record.size + RECORD_OVERHEAD
         if members:
-            await self._submit(producer, builder, topic, partition, members, results, acks)
+            await self._submit(
+                producer, builder, topic, partition, members, results, acks, batch_bytes
+            )
 
     async def _submit(
         self,
@@ -250,6 +331,7 @@ class KafkaPublisher:
         members: list[int],
         results: list[Outcome],
         acks: list[tuple[asyncio.Future[None], list[int]]],
+        batch_bytes: int = 0,
     ) -> PublishFailed | None:
         if self._settings.linger_ms == 0:
             builder.close()  # ready to send at once (aiokafka lingers over open batches)
@@ -266,8 +348,53 @@ class KafkaPublisher:
         # timeouts; a batch appended while its producer was being stopped (recreated)
         # is never sent nor failed, and its shard would wait for it forever.
         limit_s = 3 * self._settings.request_timeout_ms / 1000
-        acks.append((_ack(fut, limit_s, lambda: self._limits.forget(topic)), members))
+        records = len(members)
+        acks.append(
+            (
+                _ack(fut, limit_s, lambda exc: self._refused(exc, topic, records, batch_bytes)),
+                members,
+            )
+        )
         return None
+
+    def _say_refused(self, topic: str, failed: PublishFailed) -> None:
+        """A log line naming the topic whose writes the cluster refuses, once a minute."""
+        now = time.monotonic()
+        if self._said.get(topic, 0.0) > now:
+            return
+        if len(self._said) > 10_000:
+            self._said.clear()
+        self._said[topic] = now + 60.0
+        log.warning(
+            "topic refuses the relay's writes; its events back off (never parked for it)",
+            extra={"topic": topic, "reason": failed.reason.label, "error": str(failed)},
+        )
+
+    def _refused(
+        self, exc: BaseException, topic: str, records: int, batch_bytes: int
+    ) -> PublishFailed:
+        """A batch's refusal as the relay's error, and what it teaches about the topic."""
+        failed = classify(exc)
+        if failed.reason is FailureReason.UNKNOWN_TOPIC and self._topics is not None:
+            self._topics.forget(topic)  # deleted meanwhile? look it up again
+        if not failed.charged and not failed.fatal:
+            self._say_refused(topic, failed)
+        if failed.reason is not FailureReason.TOO_LARGE:
+            return failed
+        self._limits.forget(topic)  # the topic's limit changed: read it again
+        if records == 1:
+            return failed  # too large alone: the record's own fault
+        # None of them is known to be too large: smaller batches next time, uncharged.
+        cap = max(1, batch_bytes // 2)
+        known = self._split.get(topic)
+        if known is not None and known[1] > time.monotonic():
+            cap = min(cap, known[0])
+        self._split[topic] = (cap, time.monotonic() + SPLIT_FOR_S)
+        return PublishFailed(
+            FailureReason.BATCH_TOO_LARGE,
+            f"{failed}: a batch of {records} records ({batch_bytes} bytes); topic {topic}'s "
+            f"batches are now at most {cap} bytes",
+        )
 
 
 def _append(builder: BatchBuilder, record: OutgoingRecord) -> Any:
@@ -285,7 +412,7 @@ def _key_slot(key: bytes) -> int:
 
 
 def _ack(
-    fut: asyncio.Future[Any], limit_s: float, size_error: Callable[[], None]
+    fut: asyncio.Future[Any], limit_s: float, refused: Callable[[BaseException], PublishFailed]
 ) -> asyncio.Future[None]:
     """The batch's ack: aiokafka's outcome with its error translated, or a PublishFailed
     after limit_s. Callbacks and a timer, not a task with wait_for: a cycle sends a batch
@@ -303,9 +430,7 @@ def _ack(
         if exc is None:
             ack.set_result(None)
             return
-        if isinstance(exc, SIZE_ERRORS):
-            size_error()  # the topic's limit changed: read it again
-        ack.set_exception(classify(exc))
+        ack.set_exception(refused(exc))
 
     def expire() -> None:
         if not ack.done():

@@ -134,3 +134,28 @@ def test_the_bloat_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None
         assert all(float(r) > 0 for r in rates), output
         assert all(int(b) > 0 for b in buffers), output
     assert "held / clean per round:" in output
+
+
+@pytest.mark.timeout(150)
+def test_the_missing_topic_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None:
+    output = run_bench(
+        [
+            "bench/missing_topic.py",
+            "--database-url",
+            postgres_admin,
+            "--bootstrap",
+            kafka_bootstrap,
+            "--events",
+            "2000",
+            "--rounds",
+            "1",
+        ],
+        {},
+        140,
+    )
+    (row,) = [line for line in output.splitlines() if line.startswith("| 1 ")]
+    clean, missing, ratio = (float(c.replace(",", "")) for c in row.strip("|").split("|")[1:4])
+    assert clean > 0, output
+    assert missing > 0, output
+    assert ratio > 0, output
+    assert "median ratio (missing / clean):" in output

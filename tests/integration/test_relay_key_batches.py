@@ -46,10 +46,11 @@ class FirstBatchRefused(KafkaPublisher):
         members: list[int],
         results: list[Outcome],
         acks: list[tuple[asyncio.Future[None], list[int]]],
+        batch_bytes: int = 0,
     ) -> PublishFailed | None:
         if self.refused:
             return await super()._submit(
-                producer, builder, topic, partition, members, results, acks
+                producer, builder, topic, partition, members, results, acks, batch_bytes
             )
         self.refused += 1
 

@@ -119,7 +119,12 @@ class SecureBroker:
 
 
 @contextlib.contextmanager
-def secure_broker(folder: Path, scram_password: str) -> Iterator[SecureBroker]:
+def secure_broker(
+    folder: Path, scram_password: str, *, authorizer: bool = False
+) -> Iterator[SecureBroker]:
+    """authorizer: ACLs enforced (StandardAuthorizer); the PLAINTEXT listeners' principal
+    (ANONYMOUS: test administration, the controller) is a super user, and the SCRAM user
+    may do only what add_acls grants it."""
     libs = services.P.kafka_libs
     if not any(libs.glob("kafka_2.13-*.jar")):
         raise RuntimeError(f"Kafka jars are not cached in {libs}: run scripts/services up first")
@@ -159,6 +164,9 @@ def secure_broker(folder: Path, scram_password: str) -> Iterator[SecureBroker]:
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         ),
     }
+    if authorizer:
+        props["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        props["super.users"] = "User:ANONYMOUS"
     config = folder / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     log4j = folder / "log4j2.properties"
@@ -227,3 +235,23 @@ def secure_broker(folder: Path, scram_password: str) -> Iterator[SecureBroker]:
         except subprocess.TimeoutExpired:
             proc.kill()
         out.close()
+
+
+def add_acls(broker: SecureBroker, *rules: str) -> None:
+    """Grant (or deny) the SCRAM user these rules, TYPE:NAME:OPERATION:allow|deny each
+    (tests/support/KafkaAcls.java), through the broker's PLAINTEXT listener."""
+    program = Path(__file__).with_name("KafkaAcls.java")
+    subprocess.run(
+        [
+            "java",
+            "-cp",
+            f"{services.P.kafka_libs}/*",
+            str(program),
+            broker.plaintext,
+            f"User:{broker.scram_user}",
+            *rules,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )

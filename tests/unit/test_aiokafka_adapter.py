@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from relay.transport.aiokafka_adapter import BatchBuilder, record_batch
+from relay.transport.aiokafka_adapter import BatchBuilder, TopicDirectory, TopicState, record_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,3 +72,37 @@ def test_the_public_calls_the_publisher_makes_are_still_there() -> None:
         "partition",
     ]
     assert {"append", "close"} <= set(vars(BatchBuilder))
+
+
+async def test_the_client_internals_the_topic_directory_reads_are_still_there() -> None:
+    # TopicDirectory (relay/transport/aiokafka_adapter.py) answers from the producer's
+    # metadata without waiting and looks topics up through the client: these are what it
+    # touches. Its behaviour against a real broker: tests/integration/test_relay_topics.py.
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")  # never started
+    try:
+        client = producer.client
+        cluster = client.cluster
+        assert cluster.partitions_for_topic("never-seen") is None
+        assert isinstance(cluster.unauthorized_topics, set)
+        assert isinstance(client._topics, set)
+        for name in ("add_topic", "set_topics", "force_metadata_update"):
+            assert callable(getattr(client, name)), name
+            assert not inspect.iscoroutinefunction(getattr(client, name)), name  # futures
+        assert list(inspect.signature(client.add_topic).parameters) == ["topic"]
+        assert list(inspect.signature(client.set_topics).parameters) == ["topics"]
+    finally:
+        await producer.stop()
+
+
+async def test_a_topic_name_kafka_refuses_is_invalid_without_a_lookup() -> None:
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")  # never started
+    directory = TopicDirectory(producer, name="test lookup", timeout_s=1)
+    try:
+        for name in ("has space", "slash/ed", "", ".", "..", "x" * 250, "ünï"):
+            assert directory.partitions(name) is TopicState.INVALID, name
+        assert directory._task is None  # nothing was looked up
+        assert directory.partitions("fine.name-1_x") is TopicState.LOOKING
+        assert directory._task is not None  # a lookup beside the caller
+    finally:
+        await directory.close()
+        await producer.stop()

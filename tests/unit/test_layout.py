@@ -100,7 +100,14 @@ BENCH_ENTRY_POINTS = {
     "relay.transport",
 }
 # aiokafka internals the publisher needs, allowed in one adapter only.
-AIOKAFKA_INTERNALS = ("aiokafka.producer", "_message_accumulator", "_wait_on_metadata")
+AIOKAFKA_INTERNALS = (
+    "aiokafka.producer",
+    "_message_accumulator",
+    "_wait_on_metadata",
+    "client._topics",
+    "unauthorized_topics",
+    "force_metadata_update",
+)
 AIOKAFKA_ADAPTER = "relay/transport/aiokafka_adapter.py"
 
 

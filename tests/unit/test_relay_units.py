@@ -15,8 +15,10 @@ from aiokafka import errors as kafka_errors
 from relay.config import RelaySettings, load_settings, unknown_env_names
 from relay.control.leases import fair_share
 from relay.errors import RelayConfigError
-from relay.pipeline.step import backoff_s
+from relay.ops.observer import MAX_TOPIC_LABELS, RelayObserver
+from relay.pipeline.step import BatchOutcome, BatchSettings, _failure, backoff_s
 from relay.service import RelayService
+from relay.store import ClaimedRow
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher, _ack, classify
 from relay.transport.memory import MemoryPublisher
@@ -225,8 +227,16 @@ class _Producer:
 
 
 class _Limits:
-    async def batch_bytes(self, topics: set[str]) -> dict[str, int]:
-        return dict.fromkeys(topics, 1_000_000)
+    def limit(self, topic: str) -> int:
+        return 1_000_000
+
+    async def close(self) -> None:
+        pass
+
+
+class _Directory:
+    def partitions(self, topic: str) -> list[int]:
+        return [0]
 
     async def close(self) -> None:
         pass
@@ -238,6 +248,7 @@ def _publisher_on(producer: _Producer) -> KafkaPublisher:
     stub = cast(Any, publisher)
     stub._producer = producer
     stub._limits = _Limits()  # no broker to ask for topic limits
+    stub._topics = _Directory()  # nor for partitions
     stub._builder = lambda producer, size: _Builder()
     return publisher
 
@@ -285,6 +296,53 @@ async def test_memory_publisher_holds_later_records_of_a_refused_key() -> None:
     assert [isinstance(r, PublishFailed) for r in results] == [True, False, False, False]
     assert results[1:] == [ACKED, HELD, ACKED]
     assert sorted(r.value for r in publisher.sent) == [b"2", b"4"]
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (kafka_errors.TopicAuthorizationFailedError(), FailureReason.TOPIC_DENIED),
+        (kafka_errors.NotEnoughReplicasError(), FailureReason.TOPIC_UNAVAILABLE),
+        (kafka_errors.NotEnoughReplicasAfterAppendError(), FailureReason.TOPIC_UNAVAILABLE),
+        (kafka_errors.UnknownTopicOrPartitionError(), FailureReason.UNKNOWN_TOPIC),
+        (kafka_errors.MessageSizeTooLargeError(), FailureReason.TOO_LARGE),
+    ],
+)
+def test_classify_sorts_topic_errors_by_class(error: Exception, reason: FailureReason) -> None:
+    assert classify(error).reason is reason
+
+
+def _row(attempts: int) -> ClaimedRow:
+    return ClaimedRow(1, 0, "e", "orders", "k", "T", b"", "{}", attempts, 0.0, None)
+
+
+def test_an_uncharged_failure_backs_off_and_never_parks() -> None:
+    settings = BatchSettings(max_attempts=3)
+    for reason in (FailureReason.TOPIC_DENIED, FailureReason.TOPIC_UNAVAILABLE):
+        failure = _failure(_row(50), PublishFailed(reason), settings)
+        assert not failure.park, reason
+        assert failure.delay_s > 0, reason
+    assert _failure(_row(2), PublishFailed(FailureReason.UNKNOWN_TOPIC), settings).park
+    assert _failure(_row(0), PublishFailed(FailureReason.TOO_LARGE), settings).park
+    assert not FailureReason.BATCH_TOO_LARGE.charged
+    assert FailureReason.BATCH_TOO_LARGE.fatal
+
+
+def test_the_topic_unavailable_metric_names_a_bounded_set_of_topics() -> None:
+    observer = RelayObserver()
+    topics = [f"missing-{n}" for n in range(MAX_TOPIC_LABELS + 20)]
+    observer.batch(BatchOutcome(len(topics), unavailable_by_topic=dict.fromkeys(topics, 1)))
+    samples = [
+        s
+        for metric in observer.metrics.registry.collect()
+        if metric.name == "outbox_relay_topic_unavailable"
+        for s in metric.samples
+        if s.name.endswith("_total")
+    ]
+    labels = {s.labels["topic"]: s.value for s in samples}
+    assert len(labels) == MAX_TOPIC_LABELS + 1
+    assert labels["other"] == 20
+    assert labels["missing-0"] == 1
 
 
 def test_classify_a_missing_topic_is_the_rows_not_the_transports() -> None:
@@ -360,8 +418,9 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
     loop = asyncio.get_running_loop()
     forgotten: list[str] = []
 
-    def forget() -> None:
+    def forget(exc: BaseException) -> PublishFailed:
         forgotten.append("orders")
+        return classify(exc)
 
     ok, too_big, never = loop.create_future(), loop.create_future(), loop.create_future()
     acks = [_ack(f, 0.05, forget) for f in (ok, too_big, never)]

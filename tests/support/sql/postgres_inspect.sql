@@ -116,3 +116,7 @@ WHERE application_name = 'outbox-relay-notify' AND datname = current_database();
 -- name: notify_send
 -- Any role may NOTIFY the relay's channel, with any payload.
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: outbox_set_topic
+-- A topic producer_lib would refuse, written past it (any role with UPDATE can).
+UPDATE outbox_events SET topic = %(topic)s WHERE id = %(id)s;

@@ -46,3 +46,7 @@ FROM outbox_relay_leases ORDER BY shard;
 -- name: outbox_headers_forge
 UPDATE outbox_events
 SET headers = json_set(headers, '$.event_id', :forged, '$.EVENT_TYPE', 'Forged', '$."x-user"', 'kept');
+
+-- name: outbox_set_topic
+-- A topic producer_lib would refuse, written past it (any role with UPDATE can).
+UPDATE outbox_events SET topic = :topic WHERE id = :id;
