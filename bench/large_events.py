@@ -57,6 +57,7 @@ TOPIC = "large"
 EVENT_TYPE = "LargeEvent"
 BLOBS = 4  # distinct payloads (random bytes: incompressible, as Postgres stores them)
 DRAIN_TIMEOUT_S = 600.0
+WARM_UP = 64  # small events before the backlog
 MiB = 1024 * 1024
 
 
@@ -115,6 +116,11 @@ async def broker_round(args: argparse.Namespace, bootstrap: str, topic: str, siz
     )
     await producer.start()
     try:
+        # Every partition's leader known before the clock starts, as the relay's are after
+        # its warm-up events.
+        await asyncio.gather(
+            *[await producer.send(topic, value=b"x", partition=p) for p in range(args.partitions)]
+        )
         headers = [("content-type", b"application/octet-stream")]
         start = time.perf_counter()
         sends = [
@@ -199,9 +205,16 @@ async def relay_round(
         if args.claim_max_bytes is not None:
             env["OUTBOX_CLAIM_MAX_BYTES"] = str(args.claim_max_bytes)
         relay = launch(f"relay-{dbname}", [sys.executable, "-m", "relay.cli", "run"], env, logdir)
-        # Up and holding its shards: a first event is published.
+        # Up, holding its shards and knowing the partitions' leaders: small events on
+        # enough keys to reach every partition are published first.
         with psycopg.connect(url) as conn:
-            Outbox().emit(conn, topic=TOPIC, key="warm-up", event_type=EVENT_TYPE, payload=b"x")
+            Outbox().emit_batch(
+                conn,
+                [
+                    Event(topic=TOPIC, key=f"warm-up-{n}", event_type=EVENT_TYPE, payload=b"x")
+                    for n in range(WARM_UP)
+                ],
+            )
         await wait_drained(url, relay, 60)
         before = sample(relay.pid)
         assert before is not None
@@ -214,8 +227,8 @@ async def relay_round(
         assert after is not None
         async with TopicCounter(bootstrap, topic, args.partitions) as counter:
             on_topic = await counter.count()
-        if on_topic < args.events + 1:
-            raise RuntimeError(f"{on_topic} records on {topic}, expected {args.events + 1}")
+        if on_topic < args.events + WARM_UP:
+            raise RuntimeError(f"{on_topic} records on {topic}, expected {args.events + WARM_UP}")
         print(
             f"[large] relay wrote the backlog in {committed - start:.1f} s, "
             f"drained it in {drained:.2f} s",
