@@ -7,11 +7,10 @@ read at all."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import pytest
 
-from relay.pipeline.step import Step
+from relay.pipeline.step import BatchOutcome, Step
 from relay.store import ClaimedRow, Store
 from relay.transport.kafka import KafkaPublisher
 from tests.conftest import TopicFactory
@@ -77,8 +76,8 @@ async def test_keys_held_behind_a_failure_are_not_read(backend: Backend, store: 
     assert [r.id for r in rows] == [j1]
 
 
-async def drain(step: Step, shard: int, token: int, steps: int = 20) -> list[Any]:
-    outcomes = []
+async def drain(step: Step, shard: int, token: int, steps: int = 20) -> list[BatchOutcome]:
+    outcomes: list[BatchOutcome] = []
     for _ in range(steps):
         outcome = await step.run({shard: token})
         if outcome.claimed == 0:
