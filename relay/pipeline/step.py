@@ -1,9 +1,9 @@
 """The relay's step: one lane's claim, send and settle over every shard it holds. The
 loop (loop.py) runs it, and so do the tests; no loop, no sleep here.
 
-A step claims up to batch_size rows per shard in one statement, turns them into records,
-lets KeyOrder (ordering.py) decide which may go out, publishes those, and starts their
-settle: one statement, fenced per shard (nothing is written for a shard whose lease no
+A step claims up to batch_size rows per shard, each shard's within its share of
+claim_max_bytes, in one statement, turns them into records, lets KeyOrder (ordering.py)
+decide which may go out, publishes those, and starts their settle: one statement, fenced per shard (nothing is written for a shard whose lease no
 longer carries its token). The settle runs while the next step claims and sends; that
 step waits for it before starting its own, so at most one settle is in flight.
 
