@@ -3,9 +3,10 @@ loop (loop.py) runs it, and so do the tests; no loop, no sleep here.
 
 A step claims up to batch_size rows per shard, each shard's within its share of
 claim_max_bytes, in one statement, turns them into records, lets KeyOrder (ordering.py)
-decide which may go out, publishes those, and starts their settle: one statement, fenced per shard (nothing is written for a shard whose lease no
-longer carries its token). The settle runs while the next step claims and sends; that
-step waits for it before starting its own, so at most one settle is in flight.
+decide which may go out, publishes those, and starts their settle: one statement, fenced
+per shard (nothing is written for a shard whose lease no longer carries its token). The
+settle runs while the next step claims and sends; that step waits for it before starting
+its own, so at most one settle is in flight.
 
 What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
 or (a broken producer; the transport away as a whole) not charged at all.
@@ -53,7 +54,7 @@ class BatchSettings(SettingsGroup):
         ge=1,
         description="Payload bytes the relay's claims hold at most (every lane and held "
         "shard together, each shard an even share per cycle), so memory stays bounded "
-        "whatever the events' sizes (docs/deploy.md: sizing). An event larger than its "
+        "whatever the events' sizes (docs/deploy.md, Memory). An event larger than its "
         "shard's share is claimed alone, when its shard's turn comes.",
     )
     max_attempts: int = Field(
@@ -273,7 +274,7 @@ class Step:
         # The first shard's first row is claimed whatever its size: each shard comes first
         # in turn, so an event larger than a shard's share of the budget waits at most a
         # cycle per shard.
-        turn = number % len(shards)
+        turn = number % max(1, len(shards))
         shards = shards[turn:] + shards[:turn]
         share = rules.shard_bytes(len(shards))
         rows = await self._store.claim(
