@@ -101,7 +101,13 @@ def write_template(url: str, events: int, keys: int, seed: int) -> None:
 
 
 def explain_claim(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[int, float]:
-    params = {"shards": list(range(16)), "limit": 500, "in_flight": []}
+    params = {
+        "shards": list(range(16)),
+        "limit": 500,
+        "in_flight": [],
+        "shard_bytes": 2**62,
+        "held_keys": [],
+    }
     row = conn.execute(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("postgres", "outbox_claim_batch"),
         params,

@@ -67,6 +67,12 @@ class KeyOrder:
         """Rows the settle in flight will write: the next claim leaves them out."""
         return self._in_flight
 
+    @property
+    def held_keys(self) -> list[str]:
+        """Keys the next claim need not read: under block_key, those with a failure the
+        settle in flight is still recording (plan would hold every row of theirs)."""
+        return sorted(self._unrecorded) if self.block else []
+
     def plan(
         self,
         rows: Sequence[ClaimedRow],

@@ -1,11 +1,12 @@
 """The relay's step: one lane's claim, send and settle over every shard it holds. The
 loop (loop.py) runs it, and so do the tests; no loop, no sleep here.
 
-A step claims up to batch_size rows per shard in one statement, turns them into records,
-lets KeyOrder (ordering.py) decide which may go out, publishes those, and starts their
-settle: one statement, fenced per shard (nothing is written for a shard whose lease no
-longer carries its token). The settle runs while the next step claims and sends; that
-step waits for it before starting its own, so at most one settle is in flight.
+A step claims up to batch_size rows per shard, each shard's within its share of
+claim_max_bytes, in one statement, turns them into records, lets KeyOrder (ordering.py)
+decide which may go out, publishes those, and starts their settle: one statement, fenced
+per shard (nothing is written for a shard whose lease no longer carries its token). The
+settle runs while the next step claims and sends; that step waits for it before starting
+its own, so at most one settle is in flight.
 
 What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
 or (a broken producer; the transport away as a whole) not charged at all.
@@ -47,6 +48,14 @@ class BatchSettings(SettingsGroup):
         ge=1,
         le=10_000,
         description="Rows claimed per shard per cycle (one cycle claims for every held shard).",
+    )
+    claim_max_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="Payload bytes the relay's claims hold at most (every lane and held "
+        "shard together, each shard an even share per cycle), so memory stays bounded "
+        "whatever the events' sizes (docs/deploy.md, Memory). An event larger than its "
+        "shard's share is claimed alone, when its shard's turn comes.",
     )
     max_attempts: int = Field(
         default=12, ge=1, description="Failed sends of one row before it is parked."
@@ -94,6 +103,11 @@ class BatchRules:
         """The pipeline's lanes (loop.py): quick and bulk with turns and bulk_rows, else one."""
         return 2 if self.turns is not None and self.bulk_rows is not None else 1
 
+    def shard_bytes(self, shards: int) -> int:
+        """A shard's share of claim_max_bytes in one claim of this many shards: the budget
+        is the relay's, split between its lanes and the shards they claim for."""
+        return max(1, self.batch.claim_max_bytes // (self.lanes * max(1, shards)))
+
     @property
     def shard_full_at(self) -> int:
         """Rows of one shard's batch that say more are probably waiting: batch_size, or a
@@ -123,6 +137,22 @@ class BatchOutcome:
 
 
 _ID = attrgetter("id")  # per published row: map() with it runs in C
+_PAYLOAD = attrgetter("payload")
+_SHARD = attrgetter("shard")
+
+
+def _bytes_full(rows: list[ClaimedRow], share: int) -> bool:
+    """A shard's rows stopped at its share of the byte budget (a row like its largest
+    would not have fitted): more are probably waiting."""
+    if sum(map(len, map(_PAYLOAD, rows))) <= share:
+        return False  # no shard can have reached it (most claims: one pass in C)
+    used: Counter[int] = Counter()
+    largest: Counter[int] = Counter()
+    for row in rows:
+        size = len(row.payload)
+        used[row.shard] += size
+        largest[row.shard] = max(largest[row.shard], size)
+    return any(used[s] + largest[s] > share for s in used)
 
 
 def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
@@ -248,13 +278,22 @@ class Step:
 
     async def _send(self, number: int, tokens: Mapping[int, int], rules: BatchRules) -> Sent | None:
         settings = rules.batch
+        shards = list(tokens)
+        # The first shard's first row is claimed whatever its size: each shard comes first
+        # in turn, so an event larger than a shard's share of the budget waits at most a
+        # cycle per shard.
+        turn = number % max(1, len(shards))
+        shards = shards[turn:] + shards[:turn]
+        share = rules.shard_bytes(len(shards))
         rows = await self._store.claim(
             ClaimRequest(
-                list(tokens),
+                shards,
                 settings.batch_size,
                 settings.failure_policy,
                 self.order.in_flight,
                 rules.turns,
+                shard_bytes=share,
+                held_keys=self.order.held_keys,
             )
         )
         if not rows:
@@ -280,7 +319,7 @@ class Step:
             raise TransportUnavailable(next(iter(errors.values())))
         by_id = {row.id: row for row in rows} if errors else {}
         failed = [by_id[i] for i, e in errors.items() if not e.fatal]
-        per_shard = Counter(map(attrgetter("shard"), rows))
+        per_shard = Counter(map(_SHARD, rows))
         return Sent(
             number=number,
             tokens={s: t for s, t in tokens.items() if s in per_shard},
@@ -291,7 +330,7 @@ class Step:
             failed=failed,
             held_back=verdict.held_back,
             fatal=verdict.fatal,
-            full=max(per_shard.values()) >= rules.shard_full_at,
+            full=max(per_shard.values()) >= rules.shard_full_at or _bytes_full(rows, share),
         )
 
     async def _settle(self, sent: Sent) -> BatchOutcome:

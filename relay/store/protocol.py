@@ -56,16 +56,26 @@ class TenantTurns:
         return next(iter(self.only))
 
 
+# No byte budget: more than any claim can hold.
+UNBOUNDED_BYTES = 2**62
+
+
 @dataclass(frozen=True)
 class ClaimRequest:
     """What Store.claim is asked for: the shards, at most limit rows each, under policy;
-    in_flight: ids sent and not settled yet, left out; turns: a fair claim (fair_tenants)."""
+    in_flight: ids sent and not settled yet, left out; turns: a fair claim (fair_tenants).
+
+    shard_bytes: each shard's rows stop before their payloads pass this many bytes, but
+    the first row of the first shard goes whatever its size (so no event is ever too
+    large to be claimed). held_keys: keys whose rows are not to be read at all."""
 
     shards: Sequence[int]
     limit: int
     policy: Policy
     in_flight: Sequence[int] = ()
     turns: TenantTurns | None = None
+    shard_bytes: int = UNBOUNDED_BYTES
+    held_keys: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -157,9 +167,10 @@ class Store(Protocol):
     async def max_pending_shard(self) -> int: ...
 
     async def claim(self, request: ClaimRequest) -> list[ClaimedRow]:
-        """The next rows of each shard (at most limit per shard, each shard's in id order),
-        in one step for all of them, leaving out the rows in_flight (sent, not settled
-        yet); an idle relay's claim is its probe. With turns, which rows of a shard make
+        """The next rows of each shard (at most limit per shard, each shard's in id order,
+        a prefix of them within shard_bytes), in one step for all of them, leaving out the
+        rows in_flight (sent, not settled yet) and those of held_keys; an idle relay's
+        claim is its probe. With turns, which rows of a shard make
         its batch is decided by turns between its tenants (still returned in id order)."""
         ...
 

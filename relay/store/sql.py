@@ -85,8 +85,9 @@ def _claim_in_one_statement(name: str, shards: list[int], params: dict[str, Any]
 
 def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
     rows = NamedRows([], ClaimedRow._fields)
-    for shard in shards:
-        found = yield Statement(name, {"shard": shard, **params}, named=True)
+    for i, shard in enumerate(shards):
+        # head: the first shard's first row goes whatever its size (the byte budget).
+        found = yield Statement(name, {"shard": shard, "head": i == 0, **params}, named=True)
         assert isinstance(found, NamedRows)
         rows.columns = found.columns  # the same statement each time: the same columns
         rows += found
@@ -225,7 +226,12 @@ class SqlStore:
         shards, limit, turns = request.shards, request.limit, request.turns
         if not shards:
             return []
-        params = {"limit": limit, "in_flight": self._codec.ids(request.in_flight)}
+        params = {
+            "limit": limit,
+            "in_flight": self._codec.ids(request.in_flight),
+            "shard_bytes": request.shard_bytes,
+            "held_keys": self._codec.array(list(request.held_keys)),
+        }
         shape: ClaimShape = "plain"
         if turns is not None:
             cap = limit if turns.max_rows is None else min(turns.max_rows, limit)

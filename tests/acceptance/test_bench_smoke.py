@@ -4,7 +4,7 @@ bench/relay_hot_path.py fakes the relay's store with a class of its own, and a c
 of the Store protocol (the claim's tenant turns) once broke it unnoticed;
 bench/tenant_fairness.py launches relays and writers in every configuration;
 bench/pg_fetch_waits.py counts the event loop's waits by patching it; bench/outbox_bloat.py
-holds a snapshot open beside a relay. Each runs here
+holds a snapshot open beside a relay; bench/large_events.py samples a relay's memory. Each runs here
 against the test services, its output checked for the rows it exists to print.
 """
 
@@ -159,3 +159,22 @@ def test_the_missing_topic_bench_runs(postgres_admin: str, kafka_bootstrap: str)
     assert missing > 0, output
     assert ratio > 0, output
     assert "median ratio (missing / clean):" in output
+
+
+@pytest.mark.timeout(240)
+def test_the_large_events_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None:
+    output = run_bench(
+        [
+            "bench/large_events.py",
+            *("--events", "24", "--keys", "6", "--sizes", "200000", "--rounds", "1"),
+        ],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        220,
+    )
+    (row,) = [line for line in output.splitlines() if line.startswith("| 200,000 ")]
+    cells = [c.strip().replace(",", "") for c in row.strip("|").split("|")]
+    broker, relay, ratio, before, peak = (float(cells[i]) for i in (1, 3, 5, 6, 7))
+    assert broker > 0, output
+    assert relay > 0, output
+    assert ratio > 0, output
+    assert peak >= before > 0, output

@@ -66,6 +66,38 @@ e.id, e.shard::int AS shard, e.event_id::text AS event_id, e.topic, e.key, e.eve
 e.payload, e.headers::text AS headers_json, e.attempts,
 extract(epoch FROM e.created_at)::float8 AS created_at, e.tenant
 
+-- fragment: claim_names
+-- claim_columns by name, over a claim's rows w.
+w.id, w.shard, w.event_id, w.topic, w.key, w.event_type, w.payload, w.headers_json, w.attempts,
+w.created_at, w.tenant
+
+-- fragment: shard_bytes(order)
+-- The byte budget, per shard: the payload bytes of the shard's rows up to and with this
+-- one, in id order (with shard_rows). octet_length reads the stored length, never the
+-- value: a row the budget leaves out is never detoasted, nor sent.
+octet_length(e.payload) AS size,
+sum(octet_length(e.payload)) OVER ({{order}} ROWS UNBOUNDED PRECEDING) AS upto
+
+-- fragment: by_id
+ORDER BY e.id
+
+-- fragment: shard_by_id
+PARTITION BY e.shard ORDER BY e.id
+
+-- fragment: shard_rows
+-- A shard's rows while their bytes stay within shard_bytes (the relay's claim_max_bytes,
+-- shared between the shards claimed), so a claim holds about claim_max_bytes at most.
+-- The first row of the first shard of the array goes whatever its size, so an event
+-- larger than a shard's share is never stuck: the relay rotates the array every cycle.
+-- A prefix of each shard's rows in id order: no row of a key goes past an earlier one
+-- left out.
+(w.upto <= %(shard_bytes)s::bigint OR (w.upto = w.size AND w.shard = (%(shards)s::smallint[])[1]))
+
+-- fragment: not_held
+-- Keys whose failure the settle in flight is still recording (relay/pipeline/ordering.py):
+-- their rows could not go out in this cycle, so they are not read.
+AND e.key <> ALL(%(held_keys)s::text[])
+
 -- fragment: claimable
 -- A row of the claim's shard that may go out now, its key's order aside. Status-based:
 -- never an id cursor, which would skip rows whose transactions commit out of id order.
@@ -101,14 +133,18 @@ AND coalesce(e.tenant, '') = %(tenant)s
 -- stopping after limit rows).
 SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
 CROSS JOIN LATERAL (
-    SELECT {{claim_columns}}
-    FROM outbox_events e
-    WHERE e.shard = s.shard
-      {{tenant}}
-      AND {{claimable}}
-      {{rule}}
-    ORDER BY e.id
-    LIMIT %(limit)s
+    SELECT {{claim_names}} FROM (
+        SELECT {{claim_columns}}, {{shard_bytes(order=by_id)}}
+        FROM outbox_events e
+        WHERE e.shard = s.shard
+          {{tenant}}
+          AND {{claimable}}
+          {{not_held}}
+          {{rule}}
+        ORDER BY e.id
+        LIMIT %(limit)s
+    ) AS w
+    WHERE {{shard_rows}}
 ) AS c
 
 -- fragment: claim_by_turns(rule)
@@ -156,6 +192,7 @@ candidates AS (
         WHERE e.shard = t.shard
           AND coalesce(e.tenant, '') = t.tenant
           AND {{claimable}}
+          {{not_held}}
           {{rule}}
         ORDER BY e.id
         LIMIT %(per_tenant)s
@@ -171,10 +208,13 @@ chosen AS (
     ) AS r
     WHERE r.place <= %(limit)s
 )
-SELECT {{claim_columns}}
-FROM outbox_events e
-WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
-ORDER BY e.id
+SELECT {{claim_names}} FROM (
+    SELECT {{claim_columns}}, {{shard_bytes(order=shard_by_id)}}
+    FROM outbox_events e
+    WHERE e.id = ANY(ARRAY(SELECT id FROM chosen))
+) AS w
+WHERE {{shard_rows}}
+ORDER BY w.id
 
 -- fragment: delete_acked
 DELETE FROM outbox_events e

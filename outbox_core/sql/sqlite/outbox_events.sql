@@ -18,6 +18,22 @@ SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 e.id, e.shard, e.event_id, e.topic, e.key, e.event_type, e.payload, e.headers AS headers_json,
 e.attempts, (julianday(e.created_at) - 2440587.5) * 86400.0 AS created_at, e.tenant
 
+-- fragment: claim_names
+w.id, w.shard, w.event_id, w.topic, w.key, w.event_type, w.payload, w.headers_json,
+w.attempts, w.created_at, w.tenant
+
+-- fragment: shard_bytes
+-- See the Postgres twin (length of a BLOB reads its stored size, not its content).
+length(e.payload) AS size,
+sum(length(e.payload)) OVER (ORDER BY e.id ROWS UNBOUNDED PRECEDING) AS upto
+
+-- fragment: shard_rows
+-- See the Postgres twin; head is 1 for the first shard of the claim's array.
+(w.upto <= :shard_bytes OR (w.upto = w.size AND :head))
+
+-- fragment: not_held
+AND e.key NOT IN (SELECT value FROM json_each(:held_keys))
+
 -- fragment: claimable
 -- See the Postgres twin: a row of the shard that may go out now, its key's order aside.
 e.published_at IS NULL
@@ -44,14 +60,19 @@ AND coalesce(e.tenant, '') = :tenant
 -- fragment: claim_per_shard(tenant, rule)
 -- SQLite has no LATERAL: the store runs a claim once per shard, all in one hop to the
 -- database thread (in-process, so a statement per shard costs no round trip).
-SELECT {{claim_columns}}
-FROM outbox_events e
-WHERE e.shard = :shard
-  {{tenant}}
-  AND {{claimable}}
-  {{rule}}
-ORDER BY e.id
-LIMIT :limit
+SELECT {{claim_names}} FROM (
+    SELECT {{claim_columns}}, {{shard_bytes}}
+    FROM outbox_events e
+    WHERE e.shard = :shard
+      {{tenant}}
+      AND {{claimable}}
+      {{not_held}}
+      {{rule}}
+    ORDER BY e.id
+    LIMIT :limit
+) AS w
+WHERE {{shard_rows}}
+ORDER BY w.id
 
 -- fragment: claim_by_turns(rule)
 -- See the Postgres twin for the turns. Run once per shard, like the plain claim; each
@@ -86,6 +107,7 @@ candidates AS (
         WHERE e.shard = :shard
           AND coalesce(e.tenant, '') = t.tenant
           AND {{claimable}}
+          {{not_held}}
           {{rule}}
         ORDER BY e.id
         LIMIT :per_tenant
@@ -94,10 +116,13 @@ candidates AS (
       AND (:only IS NULL OR t.tenant IN (SELECT value FROM json_each(:only)))
       AND t.tenant NOT IN (SELECT value FROM json_each(:skip))
 )
-SELECT {{claim_columns}}
-FROM outbox_events e
-WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
-ORDER BY e.id
+SELECT {{claim_names}} FROM (
+    SELECT {{claim_columns}}, {{shard_bytes}}
+    FROM outbox_events e
+    WHERE e.id IN (SELECT id FROM candidates ORDER BY turn, id LIMIT :limit)
+) AS w
+WHERE {{shard_rows}}
+ORDER BY w.id
 
 -- fragment: acked_in_held_shards
 WHERE id IN (SELECT value FROM json_each(:published_ids))

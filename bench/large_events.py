@@ -1,0 +1,319 @@
+"""A backlog of large events: the relay's drain rate against the broker's for the same
+records, and the relay's peak memory.
+
+    .venv/bin/python bench/large_events.py                      # 300 events, 900 KB and 1,000,000 B
+    .venv/bin/python bench/large_events.py --events 60 --sizes 900000 --rounds 1   # a quick look
+
+For each payload size, in one run: a private database gets EVENTS events of that size over
+KEYS keys (producer_lib, committed in one transaction once the relay is up), and two topics
+of PARTITIONS partitions whose max.message.bytes takes them.
+
+- broker: an aiokafka producer (acks=all, idempotent, the relay's max_request_size) sends
+  the same records (key, payload, the relay's headers) straight to Kafka, every send
+  started at once; its rate is records over the time from the first send to the last ack.
+- relay: `outbox-relay run` (every setting at its default, but the topic prefix, plaintext
+  and OUTBOX_CLAIM_MAX_BYTES when --claim-max-bytes is given) drains the backlog; its rate
+  is events over the time from the commit to the moment no row is left unpublished
+  (polled every 20 ms). Its peak RSS is VmHWM from /proc/<pid>/status (the kernel's
+  high-water mark, so no peak falls between samples), its base the RSS before the commit.
+
+Rounds alternate broker and relay; each prints relay / broker, and the table the medians.
+Uses DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS as given (`eval "$(scripts/services env)"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+from aiokafka import AIOKafkaProducer  # noqa: E402
+
+from bench.compare.common import loadavg  # noqa: E402
+from bench.compare.processes import Proc, launch, relay_env  # noqa: E402
+from bench.compare.topics import TopicCounter, create_topic, delete_topics  # noqa: E402
+from bench.database import admin, load_sql, with_database  # noqa: E402
+from bench.guard import run_guarded  # noqa: E402
+from bench.markdown_table import markdown_table  # noqa: E402
+from bench.procstat import sample  # noqa: E402
+from producer_lib import Event, Outbox, migrate  # noqa: E402
+
+Q = load_sql("large_events.sql")
+TOPIC = "large"
+EVENT_TYPE = "LargeEvent"
+BLOBS = 4  # distinct payloads (random bytes: incompressible, as Postgres stores them)
+DRAIN_TIMEOUT_S = 600.0
+WARM_UP = 64  # small events before the backlog
+MiB = 1024 * 1024
+
+
+@dataclass
+class Round:
+    broker_s: float
+    relay_s: float
+    base_rss: int
+    peak_rss: int
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--events", type=int, default=300)
+    p.add_argument("--sizes", default="900000,1000000", help="comma list of payload bytes")
+    p.add_argument("--keys", type=int, default=30)
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--claim-max-bytes", type=int, default=None, help="the relay's; default: its own"
+    )
+    p.add_argument("--seed", type=int, default=7)
+    args = p.parse_args(argv)
+    try:
+        args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    except ValueError:
+        p.error("--sizes takes a comma list of byte counts")
+    if not args.sizes or any(s < 1 for s in args.sizes):
+        p.error("--sizes takes positive byte counts")
+    if min(args.events, args.keys, args.partitions, args.rounds) < 1:
+        p.error("--events, --keys, --partitions and --rounds must be positive")
+    return args
+
+
+def blobs(size: int, seed: int) -> list[bytes]:
+    return [random.Random(seed + i).randbytes(size) for i in range(BLOBS)]
+
+
+def key_of(i: int, keys: int) -> str:
+    return f"key-{i % keys}"
+
+
+def max_message_bytes(size: int) -> int:
+    # Room for the record's key, headers and the batch's own header.
+    return size + 64 * 1024
+
+
+async def broker_round(args: argparse.Namespace, bootstrap: str, topic: str, size: int) -> float:
+    """Seconds for an aiokafka producer to send the backlog's records and get every ack."""
+    payloads = blobs(size, args.seed)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        max_request_size=max(1_048_576, max_message_bytes(size)),
+    )
+    await producer.start()
+    try:
+        # Every partition's leader known before the clock starts, as the relay's are after
+        # its warm-up events.
+        await asyncio.gather(
+            *[await producer.send(topic, value=b"x", partition=p) for p in range(args.partitions)]
+        )
+        headers = [("content-type", b"application/octet-stream")]
+        start = time.perf_counter()
+        sends = [
+            await producer.send(
+                topic,
+                key=key_of(i, args.keys).encode(),
+                value=payloads[i % BLOBS],
+                headers=[
+                    ("event_id", str(uuid.uuid4()).encode()),
+                    ("event_type", EVENT_TYPE.encode()),
+                    *headers,
+                ],
+            )
+            for i in range(args.events)
+        ]
+        await asyncio.gather(*sends)
+        return time.perf_counter() - start
+    finally:
+        await producer.stop()
+
+
+def write_backlog(url: str, args: argparse.Namespace, size: int) -> None:
+    """The whole backlog in one transaction, so the relay finds it all at once."""
+    payloads = blobs(size, args.seed)
+    outbox = Outbox(max_event_bytes=max_message_bytes(size))
+    with psycopg.connect(url) as conn:
+        for start in range(0, args.events, 10):
+            outbox.emit_batch(
+                conn,
+                [
+                    Event(
+                        topic=TOPIC,
+                        key=key_of(i, args.keys),
+                        event_type=EVENT_TYPE,
+                        payload=payloads[i % BLOBS],
+                    )
+                    for i in range(start, min(args.events, start + 10))
+                ],
+            )
+
+
+def unpublished(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(Q["large_unpublished"]).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def wait_drained(url: str, relay: Proc, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(Q["large_unpublished"]).fetchone()
+            if row is not None and int(row[0]) == 0:
+                return
+            if not relay.alive():
+                raise RuntimeError(f"the relay exited:\n{relay.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not drained in {timeout_s:.0f} s:\n{relay.tail()}")
+            await asyncio.sleep(0.02)
+
+
+async def relay_round(
+    args: argparse.Namespace, server: str, bootstrap: str, size: int, logdir: Path
+) -> tuple[float, int, int]:
+    """Seconds for the relay to drain the backlog, its RSS before and its peak RSS."""
+    dbname = f"bench_large_{uuid.uuid4().hex[:8]}"
+    prefix = f"{dbname}."
+    admin(server, "bench_database_create", dbname)
+    url = with_database(server, dbname)
+    relay: Proc | None = None
+    topic = prefix + TOPIC
+    try:
+        migrate(url)
+        await create_topic(
+            bootstrap,
+            topic,
+            args.partitions,
+            {"max.message.bytes": str(max_message_bytes(size))},
+        )
+        env = relay_env(url, bootstrap, prefix)
+        env["OUTBOX_KAFKA_MAX_REQUEST_SIZE"] = str(max(1_048_576, max_message_bytes(size)))
+        if args.claim_max_bytes is not None:
+            env["OUTBOX_CLAIM_MAX_BYTES"] = str(args.claim_max_bytes)
+        relay = launch(f"relay-{dbname}", [sys.executable, "-m", "relay.cli", "run"], env, logdir)
+        # Up, holding its shards and knowing the partitions' leaders: small events on
+        # enough keys to reach every partition are published first.
+        with psycopg.connect(url) as conn:
+            Outbox().emit_batch(
+                conn,
+                [
+                    Event(topic=TOPIC, key=f"warm-up-{n}", event_type=EVENT_TYPE, payload=b"x")
+                    for n in range(WARM_UP)
+                ],
+            )
+        await wait_drained(url, relay, 60)
+        before = sample(relay.pid)
+        assert before is not None
+        start = time.perf_counter()
+        await asyncio.to_thread(write_backlog, url, args, size)
+        committed = time.perf_counter()
+        await wait_drained(url, relay, DRAIN_TIMEOUT_S)
+        drained = time.perf_counter() - committed
+        after = sample(relay.pid)
+        assert after is not None
+        async with TopicCounter(bootstrap, topic, args.partitions) as counter:
+            on_topic = await counter.count()
+        if on_topic < args.events + WARM_UP:
+            raise RuntimeError(f"{on_topic} records on {topic}, expected {args.events + WARM_UP}")
+        print(
+            f"[large] relay wrote the backlog in {committed - start:.1f} s, "
+            f"drained it in {drained:.2f} s",
+            flush=True,
+        )
+        return drained, before.rss_bytes, after.peak_rss_bytes
+    finally:
+        if relay is not None:
+            relay.stop()
+        await delete_topics(bootstrap, [topic])
+        admin(server, "bench_database_drop", dbname)
+
+
+async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Round]:
+    server = os.environ["DATABASE_URL"]
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    rounds: list[Round] = []
+    for n in range(args.rounds):
+        topic = f"bench_large_broker_{uuid.uuid4().hex[:8]}"
+        await create_topic(
+            bootstrap, topic, args.partitions, {"max.message.bytes": str(max_message_bytes(size))}
+        )
+        try:
+            broker_s = await broker_round(args, bootstrap, topic, size)
+        finally:
+            await delete_topics(bootstrap, [topic])
+        relay_s, base, peak = await relay_round(args, server, bootstrap, size, logdir)
+        r = Round(broker_s, relay_s, base, peak)
+        rounds.append(r)
+        print(
+            f"[large] {size:,} B round {n + 1}: broker {args.events / broker_s:,.0f} ev/s, "
+            f"relay {args.events / relay_s:,.0f} ev/s, relay / broker {broker_s / relay_s:.2f}; "
+            f"relay RSS {base / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB",
+            flush=True,
+        )
+    return rounds
+
+
+def report(args: argparse.Namespace, results: dict[int, list[Round]]) -> str:
+    header = [
+        "payload B",
+        "broker ev/s",
+        "broker MB/s",
+        "relay ev/s",
+        "relay MB/s",
+        "relay / broker",
+        "relay RSS before MiB",
+        "relay peak RSS MiB",
+    ]
+    rows = []
+    for size, rounds in results.items():
+        broker = statistics.median(args.events / r.broker_s for r in rounds)
+        relay = statistics.median(args.events / r.relay_s for r in rounds)
+        ratio = statistics.median(r.broker_s / r.relay_s for r in rounds)
+        rows.append(
+            [
+                f"{size:,}",
+                f"{broker:,.0f}",
+                f"{broker * size / 1e6:,.0f}",
+                f"{relay:,.0f}",
+                f"{relay * size / 1e6:,.0f}",
+                f"{ratio:.2f}",
+                f"{statistics.median(r.base_rss for r in rounds) / MiB:.0f}",
+                f"{max(r.peak_rss for r in rounds) / MiB:.0f}",
+            ]
+        )
+    text = "\n".join(markdown_table([header, *rows], 1)) + "\n"
+    text += f"\n{args.events} events over {args.keys} keys, {args.partitions} partitions, "
+    text += f"{args.rounds} rounds (medians; peak: the highest); load average {loadavg()}\n"
+    return text
+
+
+async def run(args: argparse.Namespace) -> int:
+    results: dict[int, list[Round]] = {}
+    with tempfile.TemporaryDirectory(prefix="outbox-large-") as tmp:
+        for size in args.sizes:
+            results[size] = await run_size(args, size, Path(tmp))
+    print(report(args, results))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_guarded("large_events", lambda: asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
