@@ -58,8 +58,8 @@ class RelayObserver:
             m.failures.labels(reason=reason.label).inc(count)
         if outcome.parked:
             m.parked.inc(outcome.parked)
-        if outcome.latency_s is not None:
-            m.latency.observe(outcome.latency_s)  # once per batch, not per event
+        if outcome.published_created_at:
+            m.latency.observe_since(outcome.acked_at, outcome.published_created_at)
 
     def transport_started(self) -> None:
         self.stats.transport_ok = True
