@@ -15,8 +15,8 @@ _BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 
 class BatchHistogram:
     """A histogram that takes a whole batch's observations in one pass: Histogram.observe
-    costs about 1 µs of Python per call (measured: docs/benchmarks.md, "commit-to-ack
-    histogram"), a tenth of the relay's whole CPU per event. Here the batch's start times
+    costs 1-4 µs of Python per call (measured: docs/benchmarks.md, "The commit-to-ack
+    histogram's cost"), 10-40% of the relay's whole CPU per event. Here the batch's start times
     are sorted (in C; claims come nearly in creation order) and each bucket's count is one
     bisect: an event is in the bucket `le=b` when `now - start <= b`, i.e. `start >= now - b`.
     Exposed as a plain Prometheus histogram (`_bucket`, `_count`, `_sum`, `_created`)."""
