@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 from prometheus_client import CollectorRegistry, Histogram  # noqa: E402
 
 from relay.ops.metrics import _LATENCY_BUCKETS, BatchHistogram  # noqa: E402
-from relay.store.protocol import ClaimedRow  # noqa: E402
+from relay.store import ClaimedRow  # noqa: E402
 
 _CREATED_AT = attrgetter("created_at")
 
