@@ -207,3 +207,20 @@ def test_a_dead_link_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         "doc.md:3: #nope (no heading #nope in doc.md)",
         "doc.md:3: missing.md (no file missing.md)",
     ]
+
+
+# The docs speak to users: the project's history (issue numbers, commits, who ran what
+# when) belongs in git, the changelog and bench/NOTES.md.
+_HISTORY = re.compile(
+    r"\bissues? #?\d+\b|\bthis session\b|`(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?:-dirty)?`",
+    re.IGNORECASE,
+)
+
+
+def test_the_docs_tell_no_history() -> None:
+    found = {n: where for n, where in _named(_HISTORY).items()}
+    assert found == {}, (
+        "issue numbers, commit hashes or session notes in the user docs (move them to "
+        "bench/NOTES.md or the commit message):\n"
+        + "\n".join(f"{name}: {', '.join(where)}" for name, where in sorted(found.items()))
+    )
