@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from consumer_lib.errors import is_transient
 from consumer_lib.work import Handler, Job, Work, run_async, run_sync
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
+from outbox_core.driver_errors import classify
 from outbox_core.executors import (
     AsyncPsycopgExecutor,
     AsyncSqlAlchemyExecutor,
@@ -112,6 +114,18 @@ class _Adapter:
         return []
 
 
+@contextlib.asynccontextmanager
+async def _connecting() -> AsyncIterator[None]:
+    """Our errors for the socket's: asyncpg under SQLAlchemy raises the OSError of a
+    refused or reset connect as it is, which is_transient would take for the handler's
+    own call (a failure of the record). Around the adapter's own steps only, never
+    around the handler."""
+    try:
+        yield
+    except OSError as exc:
+        raise classify(exc) from exc
+
+
 def _engine_secrets(engine: Any) -> list[str]:
     url = engine.url
     return [
@@ -136,11 +150,17 @@ class SqlAlchemyAsync(_Adapter):
         return _engine_secrets(self.engine.sync_engine)
 
     async def apply_work(self, work: Work) -> None:
-        async with self._sessions() as session, session.begin():
-            await run_async(work, AsyncSqlAlchemyExecutor(await session.connection()), session)
+        async with self._sessions() as session:
+            async with _connecting():
+                await session.begin()
+                connection = await session.connection()
+            # A handler's failure leaves the block: closing the session rolls back.
+            await run_async(work, AsyncSqlAlchemyExecutor(connection), session)
+            async with _connecting():
+                await session.commit()
 
     async def _execute(self, statement: Statement) -> Rows:
-        async with self.engine.begin() as conn:
+        async with _connecting(), self.engine.begin() as conn:
             return await AsyncSqlAlchemyExecutor(conn).run(statement)
 
     async def close(self) -> None:

@@ -17,13 +17,20 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from consumer_lib.errors import ConsumerConfigError
 from consumer_lib.settings import ConsumerSettings, MissingIdPolicy
 from outbox_core import logs
 from outbox_core.kafka_security import KafkaSecuritySettings
-from outbox_core.settings import FlatEnvSource, FlatField, describe_errors, flat_fields, nest
+from outbox_core.settings import (
+    FlatEnvSource,
+    FlatField,
+    FlatSettings,
+    describe_errors,
+    flat_fields,
+    nest,
+)
 
 ENV_PREFIX = "OUTBOX_CONSUMER_"
 # Read by `outbox-consumer run` itself, before any app is imported.
@@ -48,7 +55,7 @@ class ConsumerKafkaSecurity(KafkaSecuritySettings):
     )
 
 
-class ConsumerEnvironment(BaseSettings):
+class ConsumerEnvironment(FlatSettings):
     """Every field of ConsumerSettings, by its flat name; the Kafka security is its group."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
@@ -170,18 +177,8 @@ class ConsumerEnvironment(BaseSettings):
     )
 
     def __init__(self, **values: Any) -> None:
-        super().__init__(**nest(type(self), values))
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, FlatEnvSource(settings_cls, ENV_PREFIX))
+        # Declared here, not only on FlatSettings, so type checkers take flat names too.
+        super().__init__(**values)
 
     def consumer_settings(self) -> ConsumerSettings:
         values = self.model_dump(exclude={"kafka_security"})

@@ -7,9 +7,12 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from outbox_core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from outbox_core.pg_session import SessionSettings
 
 Dialect = Literal["postgres", "sqlite"]
 DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
@@ -46,14 +49,13 @@ class DatabaseUrl:
             f"database URL must start with postgresql:// (psycopg) or sqlite:///{got}"
         )
 
-    def connect(self, *, autocommit: bool = False, server_options: str | None = None) -> Any:
-        """server_options: Postgres only, libpq `options` (`-c name=value ...`), given
-        before the user's own (libpq_options)."""
+    def connect(self, *, autocommit: bool = False, session: SessionSettings | None = None) -> Any:
+        """session: Postgres only, the connection's settings (outbox_core/pg_session.py);
+        behind a transaction pooler its caller sets the server settings per transaction."""
         if self.dialect == "postgres":
             import psycopg
 
-            options = libpq_options(self.url, server_options)
-            extra: dict[str, Any] = {"options": options} if options else {}
+            extra = session.connect_kwargs(self.url) if session is not None else {}
             return psycopg.connect(self.url, autocommit=autocommit, **extra)
         Path(self.url).parent.mkdir(parents=True, exist_ok=True)
         return sqlite3.connect(

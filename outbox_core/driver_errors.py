@@ -9,11 +9,18 @@ from a driver nobody loaded, and a service need not install drivers it does not 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from typing import Any
 
-from outbox_core.errors import DatabaseError, MigrationError, OutboxError, UniqueViolation
+from outbox_core.errors import (
+    DatabaseError,
+    MigrationError,
+    OutboxError,
+    StartupParameterRefused,
+    UniqueViolation,
+)
 
 # Worth a retry: serialization failure, deadlock, lock not available, admin/crash shutdown,
 # cannot connect now, too many connections. Class 08 (connection exceptions) too.
@@ -22,6 +29,14 @@ _UNIQUE_VIOLATION = "23505"
 _UNDEFINED_TABLE = "42P01"
 _MISSING_SCHEMA = "outbox tables are missing, run `outbox-relay migrate`"
 _DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3")
+# PgBouncer's refusals of a startup parameter ("unsupported startup parameter: options";
+# 1.20+: "... in options: statement_timeout", "unsupported options startup parameter: ...").
+# libpq reports a failed connection without the SQLSTATE the pooler sent, so its text is
+# all there is to go on.
+_REFUSED_PARAMETER = re.compile(
+    r"unsupported startup parameter(?: in options)?:\s*([A-Za-z_][\w.]*)"
+    r"|unsupported options startup parameter"
+)
 
 
 def _describe(exc: BaseException) -> str:
@@ -75,6 +90,13 @@ def classify(exc: BaseException) -> OutboxError:
     postgres = _postgres_state(orig)
     if postgres is not None:
         state, lost = postgres
+        refused = _REFUSED_PARAMETER.search(str(orig))
+        if refused is not None:
+            return StartupParameterRefused(
+                f"a connection pooler (PgBouncer) refused the startup parameter "
+                f"{refused.group(1) or 'options'}: {message}",
+                parameter=refused.group(1),
+            )
         if state == _UNIQUE_VIOLATION:
             return UniqueViolation(message, retriable=False, sqlstate=state)
         if state == _UNDEFINED_TABLE:
@@ -96,7 +118,9 @@ def classify(exc: BaseException) -> OutboxError:
             isinstance(orig, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
         )
         return DatabaseError(message, retriable=retriable)
-    if isinstance(orig, ConnectionError | TimeoutError):
+    if isinstance(orig, OSError):
+        # The socket's own error (asyncpg raises a refused, reset or unresolvable
+        # connect as it is): the server or the network away, not the statement.
         return DatabaseError(message, retriable=True)
     return DatabaseError(message, retriable=sa_retriable)
 

@@ -28,6 +28,21 @@ class DatabaseError(OutboxError):
         self.sqlstate = sqlstate
 
 
+class StartupParameterRefused(DatabaseError):
+    """The server refused a connection's startup parameter (`options`): in practice a
+    connection pooler such as PgBouncer, which passes only the parameters it tracks. No
+    retry helps; `parameter` is the one it named, when it named one."""
+
+    def __init__(self, message: str, *, parameter: str | None) -> None:
+        super().__init__(message, retriable=False)
+        self.parameter = parameter
+
+
+class SessionSettingsDropped(StartupParameterRefused):
+    """The server runs none of the settings a connection gave in `options`: a pooler in
+    between took the parameter and dropped it (PgBouncer's ignore_startup_parameters)."""
+
+
 class UniqueViolation(DatabaseError):
     """A row with the same unique key exists; the message names the constraint."""
 

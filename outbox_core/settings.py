@@ -163,6 +163,27 @@ class FlatEnvSource(PydanticBaseSettingsSource):
         return nest(self.settings_cls, found)
 
 
+class FlatSettings(BaseSettings):
+    """A daemon's settings: flat keyword arguments (kafka_client_id=...) as users and the
+    CLI give them, and the environment read as PREFIX + flat name, nothing else (no
+    .env file, no secrets directory: those come in through *_FILE settings)."""
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**nest(type(self), values))
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        prefix = str(settings_cls.model_config.get("env_prefix", ""))
+        return (init_settings, FlatEnvSource(settings_cls, prefix))
+
+
 def describe_errors(model: type[BaseModel], exc: ValidationError, prefix: str) -> list[str]:
     """One line per error: `flat_name (ENV_NAME): message`; input values are never shown
     (they may hold secrets)."""

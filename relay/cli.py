@@ -25,6 +25,7 @@ from outbox_core.database_url import DatabaseUrl
 from outbox_core.distribution import version
 from outbox_core.errors import ConfigurationError, OutboxError
 from outbox_core.migrate import migrate
+from outbox_core.pg_session import POOLERS, Pooler
 from outbox_core.settings import add_flags
 from relay.config import (
     ENV_PREFIX,
@@ -82,6 +83,23 @@ def _add_database(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="postgresql://... or sqlite:///path (better: env OUTBOX_DATABASE_URL_FILE, "
         "OUTBOX_DATABASE_URL, then DATABASE_URL: a flag is visible to every local user)",
+    )
+    parser.add_argument(
+        "--database-pooler",
+        metavar="MODE",
+        help="none or transaction: a transaction pooler (PgBouncer pool_mode=transaction) "
+        "sits in front of Postgres [env OUTBOX_DATABASE_POOLER; default none]",
+    )
+
+
+def _pooler(args: argparse.Namespace) -> Pooler:
+    value = getattr(args, "database_pooler", None) or os.environ.get("OUTBOX_DATABASE_POOLER")
+    for pooler in POOLERS:
+        if (value or "none").strip().lower() == pooler:
+            return pooler
+    raise ConfigurationError(
+        f"database_pooler must be one of {', '.join(POOLERS)} (OUTBOX_DATABASE_POOLER, "
+        "--database-pooler)"
     )
 
 
@@ -230,6 +248,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    if _pooler(args) == "transaction":
+        # Migrators queue on a session advisory lock; through a transaction pooler the lock
+        # and its unlock land on different server connections, and the lock is never freed.
+        raise ConfigurationError(
+            "migrate needs a direct connection to Postgres, not one through a transaction "
+            "pooler: give it the server's own URL (--database-url), without "
+            "OUTBOX_DATABASE_POOLER=transaction (docs/poolers.md)"
+        )
     report = migrate(_database_url(args.database_url), shard_count=args.shard_count)
     applied = ", ".join(f"{v:04d}" for v in report.applied) or "none"
     if report.adopted:
@@ -255,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_run(args)
         if args.command == "migrate":
             return _cmd_migrate(args)
+        args.database_pooler = _pooler(args)
         return cli_admin.run(args, _database_url(args.database_url))
     except (ConfigurationError, RelayConfigError) as exc:
         print("outbox-relay: " + logs.redact(f"configuration error: {exc}"), file=sys.stderr)

@@ -13,18 +13,17 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from outbox_core.kafka_security import KafkaSecuritySettings
 from outbox_core.logs import url_secrets
 from outbox_core.redis_connection import RedisSettings
 from outbox_core.settings import (
-    FlatEnvSource,
     FlatField,
+    FlatSettings,
     SettingsGroup,
     describe_errors,
     flat_fields,
-    nest,
 )
 from outbox_core.sharding import MAX_SHARDS
 from relay.control.gauges import GaugeSettings
@@ -68,7 +67,7 @@ class LogSettings(SettingsGroup):
     )
 
 
-class RelaySettings(BaseSettings):
+class RelaySettings(FlatSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     database: DatabaseSettings
@@ -102,19 +101,8 @@ class RelaySettings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
 
     def __init__(self, **values: Any) -> None:
-        # Flat names (kafka_client_id=...) as users and the CLI give them.
-        super().__init__(**nest(type(self), values))
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, FlatEnvSource(settings_cls, ENV_PREFIX))
+        # Declared here, not only on FlatSettings, so type checkers take flat names too.
+        super().__init__(**values)
 
     @model_validator(mode="after")
     def _transport_settings(self) -> RelaySettings:

@@ -3,6 +3,7 @@ cycle and the control loops use on Postgres, or one SQLite connection)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from outbox_core.database_url import DatabaseUrl
 from outbox_core.errors import ConfigurationError
 from outbox_core.pg_pool import PostgresPool
+from outbox_core.pg_session import Pooler, SessionSettings
 from outbox_core.settings import SettingsGroup
 from outbox_core.sqlite_thread import SqliteThread
 from relay.store.file_lock import RelayFileLock
@@ -43,9 +45,27 @@ CONTROL_CHECKOUT_S = 5.0
 # jit=off: the fair claim's row estimates (a recursive CTE, guessed at ten rows a step)
 # put it past jit_above_cost: JIT compilation took 65 of the 157 ms of an 8,000-row
 # claim. The relay's statements are short and never gain from JIT.
-PLANNER_OPTIONS = "-c random_page_cost=1.1 -c jit=off"
-WORK_SERVER_OPTIONS = f"-c synchronous_commit=off {PLANNER_OPTIONS}"
+PLANNER_SETTINGS = {"random_page_cost": "1.1", "jit": "off"}
+WORK_SETTINGS = {"synchronous_commit": "off", **PLANNER_SETTINGS}
+PLANNER_OPTIONS = SessionSettings(server=PLANNER_SETTINGS).options() or ""
+WORK_SERVER_OPTIONS = SessionSettings(server=WORK_SETTINGS).options() or ""
 CONTROL_SERVER_OPTIONS = PLANNER_OPTIONS
+
+# Timeouts. The relay's slowest statements in normal work are a full claim (16 shards x
+# 500 rows: 30 ms through the partial index, 560 ms on the worst plan measured) and the
+# backlog gauge (0.27 s over a 500,000-row backlog, 10 s on a bad plan before
+# random_page_cost was set), and purge deletes purge_batch_size rows a statement: 30 s is
+# several times the worst of them, and still ends a statement that hangs long before a
+# stuck cycle goes unnoticed. None of them waits on a lock in normal work (claims lock no
+# rows; a settle's FOR KEY SHARE on lease rows and a takeover's FOR UPDATE wait only for
+# each other's few milliseconds), so a lock wait of 5 s means someone else holds the table
+# (a DDL, a LOCK TABLE, an operator's open transaction): the statement fails retriable,
+# the cycle backs off and tries again, and lease rounds end well within lease_ttl_s.
+# Migrations (`outbox-relay migrate`) run with neither: a CREATE INDEX on a large table
+# may legitimately take minutes, and migrators queue on an advisory lock.
+STATEMENT_TIMEOUT_S = 30.0
+LOCK_TIMEOUT_S = 5.0
+MAX_TIMEOUT_S = 3600.0
 
 
 class DatabaseSettings(SettingsGroup):
@@ -59,6 +79,56 @@ class DatabaseSettings(SettingsGroup):
     sqlite_wait_for_lock: bool = Field(
         default=False,
         description="SQLite: wait for the relay already running on the file instead of exiting.",
+    )
+    database_pooler: Pooler = Field(
+        default="none",
+        description="Postgres: what sits between the relay and the server. none: a direct "
+        "connection (or a session pooler that passes the options startup parameter); "
+        "transaction: a transaction pooler (PgBouncer pool_mode=transaction): session "
+        "settings set in each transaction, no server-side prepared statements, no LISTEN "
+        "hints (docs/poolers.md).",
+    )
+    database_statement_timeout_s: float = Field(
+        default=STATEMENT_TIMEOUT_S,
+        ge=0.001,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="Postgres: statement_timeout of the relay's connections; a statement "
+        "running longer fails and is retried (migrate runs without it).",
+    )
+    database_lock_timeout_s: float = Field(
+        default=LOCK_TIMEOUT_S,
+        ge=0.001,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="Postgres: lock_timeout of the relay's connections; a statement waiting "
+        "longer for a lock someone else holds fails and is retried. At most "
+        "database_statement_timeout_s.",
+    )
+    database_keepalives_idle_s: int = Field(
+        default=30,
+        ge=1,
+        le=7200,
+        description="Postgres: TCP keepalives start after this many idle seconds (libpq "
+        "keepalives_idle), so a connection to a vanished server or pooler is found dead.",
+    )
+    database_keepalives_interval_s: int = Field(
+        default=10, ge=1, le=600, description="Postgres: seconds between TCP keepalive probes."
+    )
+    database_keepalives_count: int = Field(
+        default=3,
+        ge=1,
+        le=30,
+        description="Postgres: unanswered TCP keepalive probes before the connection is dead.",
+    )
+    database_tcp_user_timeout_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="Postgres: how long sent data may stay unacknowledged before the "
+        "connection is dead (libpq tcp_user_timeout; 0: the OS's default, minutes). "
+        "Keepalives cover idle connections, this one a statement sent into a cut network.",
     )
 
     @model_validator(mode="before")
@@ -78,9 +148,44 @@ class DatabaseSettings(SettingsGroup):
             raise ValueError(str(exc)) from None
         return value
 
+    @model_validator(mode="after")
+    def _lock_within_statement(self) -> DatabaseSettings:
+        if self.database_lock_timeout_s > self.database_statement_timeout_s:
+            raise ValueError(
+                "database_lock_timeout_s must not exceed database_statement_timeout_s "
+                "(the statement would time out first)"
+            )
+        return self
+
     @property
     def url(self) -> DatabaseUrl:
         return DatabaseUrl.parse(self.database_url.get_secret_value())
+
+    def keepalives(self) -> dict[str, str]:
+        """libpq connection parameters for every connection, the LISTEN one included."""
+        return {
+            "keepalives": "1",
+            "keepalives_idle": str(self.database_keepalives_idle_s),
+            "keepalives_interval": str(self.database_keepalives_interval_s),
+            "keepalives_count": str(self.database_keepalives_count),
+            "tcp_user_timeout": str(_ms(self.database_tcp_user_timeout_s)),
+        }
+
+    def session(self, server: Mapping[str, str], *, timeouts: bool = True) -> SessionSettings:
+        """The session settings of a connection: server settings (with the timeouts
+        unless told not to), keepalives, and the pooler they travel through."""
+        settings = dict(server)
+        if timeouts:
+            settings["statement_timeout"] = str(_ms(self.database_statement_timeout_s))
+            settings["lock_timeout"] = str(_ms(self.database_lock_timeout_s))
+        return SessionSettings(
+            server=settings, libpq=self.keepalives(), pooler=self.database_pooler
+        )
+
+
+def _ms(seconds: float) -> int:
+    # Postgres counts these in milliseconds; 0 would mean "no timeout", never wanted here.
+    return max(1, round(seconds * 1000)) if seconds else 0
 
 
 def read_url_file(path: str) -> str:
@@ -101,14 +206,14 @@ def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
                 max_size=WORK_CONNECTIONS * lanes,
                 checkout_timeout_s=WORK_CHECKOUT_S,
                 open_wait_s=OPEN_WAIT_S,
-                server_options=WORK_SERVER_OPTIONS,
+                session=settings.session(WORK_SETTINGS),
             ),
             PostgresPool(
                 db.url,
                 max_size=CONTROL_CONNECTIONS,
                 checkout_timeout_s=CONTROL_CHECKOUT_S,
                 open_wait_s=OPEN_WAIT_S,
-                server_options=CONTROL_SERVER_OPTIONS,
+                session=settings.session(PLANNER_SETTINGS),
             ),
         )
     return SqlStore(

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-from outbox_core.errors import ConfigurationError, DatabaseError, OutboxError
+from outbox_core.errors import (
+    ConfigurationError,
+    DatabaseError,
+    OutboxError,
+    StartupParameterRefused,
+)
 
 
 class RelayError(OutboxError):
@@ -12,6 +17,20 @@ class RelayError(OutboxError):
 
 class RelayConfigError(RelayError, ConfigurationError):
     """The configuration is invalid or unsafe; the relay refuses to start (exit code 2)."""
+
+
+class PoolerRefused(RelayConfigError):
+    """A connection pooler (PgBouncer) refused the startup parameter the relay passes its
+    session settings in: it must be told it runs behind one (exit code 2)."""
+
+    def __init__(self, refused: StartupParameterRefused) -> None:
+        super().__init__(
+            f"{refused}. The relay is configured for a direct connection and passes its "
+            "session settings (statement_timeout, lock_timeout, ...) as the options startup "
+            "parameter, which PgBouncer refuses (or, told to ignore it, drops): set OUTBOX_DATABASE_POOLER=transaction "
+            "(--database-pooler transaction) to set them in each transaction instead "
+            "(docs/poolers.md)"
+        )
 
 
 class StartupRefused(RelayError):

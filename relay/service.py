@@ -162,14 +162,30 @@ class RelayService:
                 sup.spawn(lane.name, lane.run)
             sup.spawn("purge", self.purger.run)
             if s.notify.listen_notify and self.store.dialect == "postgres":
-                url = s.database.url.url
-                sup.spawn(
-                    "notify",
-                    lambda: listen(url, s.notify, supervisor=sup, wake=self.pipeline.wake),
-                )
+                self._listen()
             await sup.stopping.wait()
         finally:
             await self._shutdown()
+
+    def _listen(self) -> None:
+        s, sup = self.settings, self.supervisor
+        if s.database.database_pooler == "transaction":
+            # A transaction pooler hands the LISTEN's server connection to other clients
+            # once its transaction ends: notifications would be lost or go to them.
+            log.warning(
+                "listen_notify is off behind a transaction pooler: the relay polls "
+                "(probe_interval_s) without wake-up hints",
+                extra={"database_pooler": s.database.database_pooler},
+            )
+            return
+        url = s.database.url.url
+        kwargs = s.database.session({}, timeouts=False).connect_kwargs(url)
+        sup.spawn(
+            "notify",
+            lambda: listen(
+                url, s.notify, supervisor=sup, wake=self.pipeline.wake, connect_kwargs=kwargs
+            ),
+        )
 
     # ------------------------------------------------------------------ health
 

@@ -3,10 +3,12 @@
 Both servers are real: Debian's postgresql in a cluster this script owns, and Apache Kafka
 (KRaft, one combined node) assembled from Maven Central into a cache folder. Everything
 binds to 127.0.0.1. Redis (the second transport) is Debian's redis-server with AOF on, in a
-data folder of its own (scripts/service_redis.py). When DATABASE_URL, KAFKA_BOOTSTRAP_SERVERS
-or REDIS_URL is set, that service is taken as given and only checked.
+data folder of its own (scripts/service_redis.py). PgBouncer is Debian's pgbouncer in
+transaction pooling mode in front of that Postgres (scripts/service_pgbouncer.py). When
+DATABASE_URL, KAFKA_BOOTSTRAP_SERVERS, REDIS_URL or PGBOUNCER_URL is set, that service is
+taken as given and only checked.
 
-Usage: scripts/services up|down|status|env [--only postgres|kafka|redis]
+Usage: scripts/services up|down|status|env [--only postgres|kafka|redis|pgbouncer]
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ from scripts.service_kafka import (
     kafka_start,
     kafka_up,
     kafka_write_config,
+)
+from scripts.service_pgbouncer import (
+    PGBOUNCER_DATA,
+    pgbouncer_down,
+    pgbouncer_pid,
+    pgbouncer_up,
+    pgbouncer_url,
 )
 from scripts.service_postgres import (
     DEFAULT_DATABASE_URL,
@@ -128,7 +137,16 @@ def status() -> int:
     rpid = redis_pid()
     redis = f"running pid {rpid}" if rpid else "stopped"
     say(f"redis: {redis} ({os.environ.get('REDIS_URL', DEFAULT_REDIS_URL)}), data {REDIS_DATA}")
+    bpid = pgbouncer_pid()
+    pooler = f"running pid {bpid}" if bpid else "stopped"
+    say(f"pgbouncer: {pooler} ({redact(_pgbouncer_url())}), files {PGBOUNCER_DATA}")
     return 0
+
+
+def _pgbouncer_url() -> str:
+    return os.environ.get("PGBOUNCER_URL") or pgbouncer_url(
+        server_url=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,18 +157,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("action", choices=["up", "down", "status", "env"])
     parser.add_argument(
-        "--only", choices=["postgres", "kafka", "redis"], help="act on one service only"
+        "--only",
+        choices=["postgres", "kafka", "redis", "pgbouncer"],
+        help="act on one service only",
     )
     args = parser.parse_args(argv)
-    want = {args.only} if args.only else {"postgres", "kafka", "redis"}
+    want = {args.only} if args.only else {"postgres", "kafka", "redis", "pgbouncer"}
     try:
         RUN.mkdir(parents=True, exist_ok=True)
         RUN.chmod(0o755)
         if args.action == "up":
             t0 = time.monotonic()
+            pg_url = os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
             if "postgres" in want:
-                url = pg_up()
-                say(f"postgres: ready at {redact(url)} in {time.monotonic() - t0:.1f}s")
+                pg_url = pg_up()
+                say(f"postgres: ready at {redact(pg_url)} in {time.monotonic() - t0:.1f}s")
             t1 = time.monotonic()
             if "kafka" in want:
                 boot = kafka_up()
@@ -159,8 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "redis" in want:
                 url = redis_up()
                 say(f"redis: ready at {url} in {time.monotonic() - t2:.1f}s")
+            t3 = time.monotonic()
+            if "pgbouncer" in want:
+                url = pgbouncer_up(pg_url)
+                say(f"pgbouncer: ready at {redact(url)} in {time.monotonic() - t3:.1f}s")
             say(f"all up in {time.monotonic() - t0:.1f}s; stop with: scripts/services down")
         elif args.action == "down":
+            if "pgbouncer" in want:
+                pgbouncer_down()
             if "redis" in want:
                 redis_down()
             if "kafka" in want:
@@ -175,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"export KAFKA_BOOTSTRAP_SERVERS={os.environ.get('KAFKA_BOOTSTRAP_SERVERS', DEFAULT_BOOTSTRAP)}"
             )
             print(f"export REDIS_URL={os.environ.get('REDIS_URL', DEFAULT_REDIS_URL)}")
+            print(f"export PGBOUNCER_URL={_pgbouncer_url()}")
     except ServiceError as exc:
         print(f"[services] ERROR: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -71,7 +72,10 @@ async def listen(
     *,
     supervisor: Supervisor,
     wake: Callable[[int | None], None],
+    connect_kwargs: Mapping[str, Any] | None = None,
 ) -> None:
+    """connect_kwargs: libpq parameters (TCP keepalives: a listener on a connection that
+    died silently would wait for hints forever)."""
     stopping = supervisor.stopping
     backoff = Backoff(base_s=0.5, max_s=30.0)
     payloads = _Payloads()
@@ -82,6 +86,7 @@ async def listen(
                 autocommit=True,
                 connect_timeout=10,
                 application_name=APPLICATION_NAME,
+                **(connect_kwargs or {}),
             )
             async with conn:
                 listen_sql = sql.SQL(query("postgres", "notify_listen"))

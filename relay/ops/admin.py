@@ -1,7 +1,10 @@
 """Operator actions behind `outbox-relay status|parked|replay`: read and repair the outbox.
 
 Each action opens its own connection, runs named queries in one transaction and commits.
-Parked rows are not worked by any relay, so changing them needs no lease.
+Parked rows are not worked by any relay, so changing them needs no lease. Behind a
+transaction pooler (pooler="transaction") the transaction begins with the session
+settings; operator actions run without the relay's statement and lock timeouts (a
+discard of millions of rows may rightly take longer, and an operator can interrupt it).
 """
 
 from __future__ import annotations
@@ -11,10 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import SecretStr
+
 from outbox_core.codec import codec_for
 from outbox_core.database_url import DatabaseUrl
+from outbox_core.errors import StartupParameterRefused
 from outbox_core.executors import PsycopgExecutor, Rows, SqliteExecutor, Statement, translated
-from relay.database import PLANNER_OPTIONS
+from outbox_core.pg_session import Pooler
+from relay.database import PLANNER_SETTINGS, DatabaseSettings
+from relay.errors import PoolerRefused
 from relay.store import Backlog, Lease
 
 
@@ -71,15 +79,27 @@ class Changed:
 class _Session:
     """One connection and one transaction, committed when the action succeeds."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, pooler: Pooler = "none") -> None:
         db = DatabaseUrl.parse(database_url)
-        with translated():  # driver errors leave as OutboxError, like every query's
-            # The relay's own planner settings: `status` runs the gauges' backlog query.
-            self.conn: Any = db.connect(server_options=PLANNER_OPTIONS)
+        # The relay's own planner settings: `status` runs the gauges' backlog query.
+        session = DatabaseSettings(
+            database_url=SecretStr(database_url), database_pooler=pooler
+        ).session(PLANNER_SETTINGS, timeouts=False)
+        try:
+            with translated():  # driver errors leave as OutboxError, like every query's
+                self.conn: Any = db.connect(session=session)
+        except StartupParameterRefused as exc:
+            raise PoolerRefused(exc) from exc
         self.executor = (
             PsycopgExecutor(self.conn) if db.dialect == "postgres" else SqliteExecutor(self.conn)
         )
         self.codec = codec_for(db.dialect)
+        if db.dialect == "postgres" and session.per_transaction:
+            try:
+                self.executor.run(session.local_settings())  # opens the transaction
+            except Exception:
+                self.conn.close()
+                raise
 
     def run(self, name: str, params: dict[str, Any] | None = None) -> Rows:
         return self.executor.run(Statement(name, params or {}))
@@ -101,8 +121,8 @@ class _Session:
                 self.conn.close()
 
 
-def status(database_url: str) -> Status:
-    with _Session(database_url) as s:
+def status(database_url: str, *, pooler: Pooler = "none") -> Status:
+    with _Session(database_url, pooler) as s:
         shard_count = int(s.run("setting_get", {"name": "shard_count"})[0][0])
         backlog = Backlog.from_row(s.run("outbox_backlog", {"shard_count": shard_count})[0])
         leases = [Lease.from_row(r) for r in s.run("lease_list")]
@@ -134,8 +154,8 @@ def _parked(s: _Session, f: RowFilter) -> list[ParkedRow]:
     ]
 
 
-def parked_list(database_url: str, f: RowFilter) -> list[ParkedRow]:
-    with _Session(database_url) as s:
+def parked_list(database_url: str, f: RowFilter, *, pooler: Pooler = "none") -> list[ParkedRow]:
+    with _Session(database_url, pooler) as s:
         return _parked(s, f)
 
 
@@ -146,27 +166,29 @@ def _act(s: _Session, query_name: str, ids: Sequence[int]) -> list[int]:
 _PARKED_ACTIONS = {"retry": "outbox_parked_retry", "discard": "outbox_parked_discard"}
 
 
-def _change(database_url: str, f: RowFilter, action: str) -> Changed:
-    with _Session(database_url) as s:
+def _change(database_url: str, f: RowFilter, action: str, pooler: Pooler) -> Changed:
+    with _Session(database_url, pooler) as s:
         done = _act(s, _PARKED_ACTIONS[action], [row.id for row in _parked(s, f)])
     return Changed(done, sorted(set(f.ids or []) - set(done)))
 
 
-def parked_retry(database_url: str, f: RowFilter) -> Changed:
+def parked_retry(database_url: str, f: RowFilter, *, pooler: Pooler = "none") -> Changed:
     """The matching parked rows pending again, chosen and changed in one transaction."""
-    return _change(database_url, f, "retry")
+    return _change(database_url, f, "retry", pooler)
 
 
-def parked_discard(database_url: str, f: RowFilter) -> Changed:
+def parked_discard(database_url: str, f: RowFilter, *, pooler: Pooler = "none") -> Changed:
     """The matching parked rows deleted, chosen and deleted in one transaction."""
-    return _change(database_url, f, "discard")
+    return _change(database_url, f, "discard", pooler)
 
 
-def parked_act(database_url: str, action: str, ids: Sequence[int]) -> Changed:
+def parked_act(
+    database_url: str, action: str, ids: Sequence[int], *, pooler: Pooler = "none"
+) -> Changed:
     """retry or discard exactly these rows (those still parked), in one transaction: what
     an operator was shown and confirmed, never what a filter matches by now. missing: the
     ids that were no longer parked."""
-    with _Session(database_url) as s:
+    with _Session(database_url, pooler) as s:
         done = _act(s, _PARKED_ACTIONS[action], ids)
     return Changed(done, sorted(set(ids) - set(done)))
 
@@ -178,9 +200,10 @@ def replay_list(
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
     limit: int = 1000,
+    pooler: Pooler = "none",
 ) -> list[int]:
     """The ids of the retained rows a replay with these criteria would publish again."""
-    with _Session(database_url) as s:
+    with _Session(database_url, pooler) as s:
         chosen = s.run(
             "outbox_replay_list",
             {
@@ -193,9 +216,9 @@ def replay_list(
     return [int(r[0]) for r in chosen]
 
 
-def replay_ids(database_url: str, ids: Sequence[int]) -> Changed:
+def replay_ids(database_url: str, ids: Sequence[int], *, pooler: Pooler = "none") -> Changed:
     """Exactly these retained rows pending again, in one transaction; missing: those not
     (or no longer) retained."""
-    with _Session(database_url) as s:
+    with _Session(database_url, pooler) as s:
         done = _act(s, "outbox_replay", ids)
     return Changed(done, sorted(set(ids) - set(done)))

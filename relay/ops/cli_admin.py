@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, database_url: str) -> int:
 
 
 def _status(args: argparse.Namespace, url: str) -> int:
-    s = admin.status(url)
+    s = admin.status(url, pooler=args.database_pooler)
     held: dict[str, list[int]] = {}
     for lease in s.leases:
         if lease.owner and lease.live:
@@ -266,7 +266,7 @@ def _parked(args: argparse.Namespace, url: str) -> int:
         return _usage("--all takes every matching row: leave out --limit")
     f = _filter(args)
     if args.action == "list":
-        rows = admin.parked_list(url, f)
+        rows = admin.parked_list(url, f, pooler=args.database_pooler)
         text = _parked_table(rows) + f"\n{len(rows)} parked row(s)"
         _emit(args, [dataclasses.asdict(r) for r in rows], text)
         return 0
@@ -274,7 +274,7 @@ def _parked(args: argparse.Namespace, url: str) -> int:
         return _usage(
             f"parked {args.action} needs --id, a filter, or --all to act on every parked row"
         )
-    rows = admin.parked_list(url, f)
+    rows = admin.parked_list(url, f, pooler=args.database_pooler)
     asked_missing = sorted(set(f.ids or []) - {r.id for r in rows})
     if not rows:
         text = "no parked rows match"
@@ -296,7 +296,7 @@ def _parked(args: argparse.Namespace, url: str) -> int:
         )
         if declined is not None:
             return declined
-    changed = admin.parked_act(url, args.action, [r.id for r in rows])
+    changed = admin.parked_act(url, args.action, [r.id for r in rows], pooler=args.database_pooler)
     verb = "retried" if args.action == "retry" else "discarded"
     missing = sorted(set(asked_missing) | set(changed.missing))
     text = f"{verb} {len(changed.ids)} row(s): {_ids_text(changed.ids)}"
@@ -320,7 +320,12 @@ def _replay(args: argparse.Namespace, url: str) -> int:
     if args.since and args.until and args.since >= args.until:
         return _usage("--since must be before --until")
     chosen = admin.replay_list(
-        url, ids=args.ids, since=args.since, until=args.until, limit=args.limit
+        url,
+        ids=args.ids,
+        since=args.since,
+        until=args.until,
+        limit=args.limit,
+        pooler=args.database_pooler,
     )
     asked_missing = sorted(set(args.ids or []) - set(chosen))
     if args.dry_run or not chosen:
@@ -336,7 +341,7 @@ def _replay(args: argparse.Namespace, url: str) -> int:
     )
     if declined is not None:
         return declined
-    changed = admin.replay_ids(url, chosen)
+    changed = admin.replay_ids(url, chosen, pooler=args.database_pooler)
     missing = sorted(set(asked_missing) | set(changed.missing))
     text = f"replayed {len(changed.ids)} row(s)"
     if changed.missing:

@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
-from outbox_core.errors import DatabaseError, MigrationError, OutboxError
+from outbox_core.errors import DatabaseError, MigrationError, OutboxError, StartupParameterRefused
 from outbox_core.executors import AsyncPool, NamedRows, Plan, Rows, Statement
 from outbox_core.supervisor import pieces
-from relay.errors import RelayError, StartupRefused, StoreUnavailable
+from relay.errors import PoolerRefused, RelayError, StartupRefused, StoreUnavailable
 from relay.store import (
     AppliedMigration,
     Backlog,
@@ -191,6 +191,8 @@ class SqlStore:
             await self._work.open()
             if self._control is not self._work:
                 await self._control.open()
+        except StartupParameterRefused as exc:
+            raise PoolerRefused(exc) from exc
         except OutboxError as exc:
             raise _unavailable(f"cannot connect to {_NAMES[self.dialect]}", exc) from exc
 

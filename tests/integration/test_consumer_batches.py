@@ -167,22 +167,7 @@ async def test_a_record_failing_mid_batch_alone_goes_to_retry_then_dead_letter(
     assert [header(d, "dlt.error.type") for d in dead] == ["ValueError", "PoisonRecord"]
 
 
-@pytest.mark.parametrize(
-    "adapter",
-    [
-        pytest.param(
-            a,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known bug: SQLAlchemy on asyncpg leaves a batch unapplied after the "
-                "connection is reset mid-batch (its retry does not apply the events)",
-            ),
-        )
-        if a == "sqlalchemy_asyncpg"
-        else a
-        for a in ADAPTERS
-    ],
-)
+@pytest.mark.parametrize("adapter", ADAPTERS)
 async def test_the_database_lost_mid_batch_retries_the_whole_batch_once_it_is_back(
     adapter: str, pg: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:

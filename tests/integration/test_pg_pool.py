@@ -10,7 +10,8 @@ import pytest
 
 from outbox_core.database_url import DatabaseUrl
 from outbox_core.pg_pool import PostgresPool, reconnecting_pool
-from relay.database import PLANNER_OPTIONS, WORK_SERVER_OPTIONS
+from outbox_core.pg_session import SessionSettings
+from relay.database import PLANNER_SETTINGS, WORK_SETTINGS
 from tests.support.db import DIALECT_SQL
 from tests.support.ops import tcp_gate
 
@@ -58,7 +59,9 @@ async def test_the_relay_s_pool_keeps_the_options_of_the_user_s_url(pg_url: str)
     DATABASE_URL (a search_path naming the outbox's schema) must survive beside them, and
     a setting the user gave keeps the user's value."""
     pool = PostgresPool(
-        _with_options(pg_url, USER_OPTIONS), max_size=1, server_options=WORK_SERVER_OPTIONS
+        _with_options(pg_url, USER_OPTIONS),
+        max_size=1,
+        session=SessionSettings(server=WORK_SETTINGS),
     )
     await pool.open()
     try:
@@ -78,7 +81,9 @@ def test_a_session_keeps_pgoptions_beside_the_relay_s_own(
     """With no `options` in the URL, libpq would read PGOPTIONS, which an `options`
     keyword replaces: the user's environment must survive too (`outbox-relay status`)."""
     monkeypatch.setenv("PGOPTIONS", "-c search_path=billing,public")
-    with DatabaseUrl.parse(pg_url).connect(autocommit=True, server_options=PLANNER_OPTIONS) as c:
+    with DatabaseUrl.parse(pg_url).connect(
+        autocommit=True, session=SessionSettings(server=PLANNER_SETTINGS)
+    ) as c:
         got = [
             c.execute(SETTING, {"name": name}).fetchone()[0]
             for name in ("search_path", "random_page_cost")

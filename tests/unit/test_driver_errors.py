@@ -4,6 +4,8 @@ against Postgres in tests/integration (test_emit, test_consumer)."""
 
 from __future__ import annotations
 
+import socket
+
 import asyncpg
 import pytest
 from sqlalchemy import exc as sa_exc
@@ -60,3 +62,20 @@ def test_the_driver_error_is_found_inside_sqlalchemy_and_django_style_wrappers()
 
 def test_an_unknown_exception_is_not_retriable() -> None:
     assert not classify(ValueError("nope")).retriable
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionRefusedError(111, "Connect call failed"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        socket.gaierror(-3, "Temporary failure in name resolution"),
+        TimeoutError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_socket_error_of_a_connect_is_retriable(error: OSError) -> None:
+    """asyncpg raises these as they are when it cannot connect (no driver type around)."""
+    ours = classify(error)
+    assert type(ours) is DatabaseError
+    assert ours.retriable
