@@ -212,7 +212,7 @@ class PsycopgAsync(_Adapter):
         """pool_timeout_s: how long a transaction waits for a connection (the server away)
         before it fails as a transient error, and the record is retried."""
         # No check on checkout: it costs a round trip per event (0.24 ms of 1.55 here, see
-        # docs/benchmarks.md). A connection that broke fails its transaction as a transient
+        # bench/NOTES.md). A connection that broke fails its transaction as a transient
         # error, the record is retried, and the failure path sweeps the pool (_sweep).
         from outbox_core.pg_pool import reconnecting_pool
 

@@ -27,7 +27,7 @@ TRACER_NAME = "consumer_lib"
 
 def tracing() -> bool:
     """Whether an OpenTelemetry SDK is set up: without one every span is a no-op, and making
-    it costs about as much per event as the consumer's own code (docs/benchmarks.md)."""
+    it costs about as much per event as the consumer's own code (bench/NOTES.md)."""
     if _trace is None:
         return False
     return not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)

@@ -1,7 +1,10 @@
 """The `outbox-relay` command line.
 
 Exit codes: 0 success, 1 the operation failed (database error, refused migration),
-2 bad usage or configuration (nothing was touched).
+2 bad usage or configuration, or a confirmation needed without a terminal (nothing was
+touched), 3 some ids given or listed were not found or not eligible (the others were acted
+on; relay.ops.cli_admin.EXIT_MISSING), 4 declined at the confirmation prompt
+(EXIT_DECLINED). docs/relay.md, "Operator commands", says the same to users.
 """
 
 from __future__ import annotations

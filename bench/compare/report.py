@@ -24,6 +24,7 @@ from bench.compare.drain import Drain, median_drain, medians
 from bench.compare.latency import LatencyPoint
 from bench.compare.services import Services, server_settings
 from bench.compare.targets import pipeline_table, shortfalls
+from outbox_core.distribution import version
 
 
 def fmt_ratio(a: Drain | None, b: Drain | None) -> str:
@@ -110,9 +111,6 @@ def machine_lines(services: Services) -> list[str]:
     )
     settings = server_settings(services.url)
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
-    ).stdout.strip()
     return [
         f"- CPU: {os.cpu_count()} cores, {cpu}; memory {mem_kb / 2**20:.0f} GiB; kernel {platform.release()}",
         f"- Postgres: `{settings[0]}`; wal_level={settings[1]}, shared_buffers={settings[2]}, "
@@ -121,7 +119,7 @@ def machine_lines(services: Services) -> list[str]:
         f"- Kafka {KAFKA_VERSION}, one KRaft node (scripts/services.py), -Xmx512m"
         + (f", at {services.bootstrap} (the bench's own broker)" if services.own else ""),
         f"- Kafka Connect {KAFKA_VERSION} standalone, Debezium {DEBEZIUM_VERSION} (pgoutput); {java[0] if java else 'java'}",
-        f"- Python {platform.python_version()}; code `{commit}`",
+        f"- Python {platform.python_version()}; outbox-relay {version()}",
         "- Client, relays, Postgres and Kafka share the two cores and talk over 127.0.0.1.",
     ]
 
@@ -155,8 +153,8 @@ def render(
         "",
         *machine_lines(services),
         f"- Load average (1, 5, 15 min) before the run: {load_before}; after: {load_after}. "
-        "Other engineers' test suites were running on the same two cores: absolute numbers "
-        "are noisy, the contenders ran one after another within minutes.",
+        "Absolute numbers move with whatever else runs on the machine; the contenders ran "
+        "one after another within minutes, so compare them by their ratios.",
         "",
         "### Drain",
         "",

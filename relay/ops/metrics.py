@@ -2,10 +2,65 @@
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+class BatchHistogram:
+    """A histogram that takes a whole batch's observations in one pass: Histogram.observe
+    costs 1-4 µs of Python per call (measured: docs/benchmarks.md, "The commit-to-ack
+    histogram's cost"), 10-40% of the relay's whole CPU per event. Here the batch's start times
+    are sorted (in C; claims come nearly in creation order) and each bucket's count is one
+    bisect: an event is in the bucket `le=b` when `now - start <= b`, i.e. `start >= now - b`.
+    Exposed as a plain Prometheus histogram (`_bucket`, `_count`, `_sum`, `_created`)."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._bounds = [*map(float, buckets), float("inf")]
+        self._counts = [0] * len(self._bounds)  # per bucket, not cumulative
+        self._sum = 0.0
+        self._created = time.time()
+        registry.register(self)
+
+    def observe_since(self, now: float, starts: Iterable[float]) -> None:
+        """Observe `now - start` for every start (epoch seconds)."""
+        ordered = sorted(starts)
+        n = len(ordered)
+        if not n:
+            return
+        added = []
+        below = 0
+        for bound in self._bounds:
+            within = n - bisect_left(ordered, now - bound)
+            added.append(within - below)
+            below = within
+        total = n * now - sum(ordered)
+        # No lock: the scrape (outbox_core.ops_http) runs on the event loop that observes.
+        self._counts = [c + a for c, a in zip(self._counts, added, strict=True)]
+        self._sum += total
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative, acc = [], 0
+        for bound, count in zip(self._bounds, self._counts, strict=True):
+            acc += count
+            cumulative.append(("+Inf" if bound == float("inf") else repr(bound), float(acc)))
+        family = HistogramMetricFamily(self.name, self.documentation)
+        family.add_metric([], cumulative, sum_value=self._sum, timestamp=None)
+        family.add_sample(f"{self.name}_created", {}, self._created)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
 
 
 class RelayMetrics:
@@ -52,10 +107,10 @@ class RelayMetrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
-        self.latency = Histogram(
+        self.latency = BatchHistogram(
             "outbox_relay_commit_to_ack_seconds",
-            "Per batch, from the creation (its transaction) of the oldest row published to "
-            "the transport's ack.",
+            "Per event published, from its row's creation (its transaction) to the "
+            "transport's ack.",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )

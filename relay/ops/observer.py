@@ -65,8 +65,8 @@ class RelayObserver:
             m.topic_unavailable.labels(topic=self._topic_label(topic)).inc(count)
         if outcome.parked:
             m.parked.inc(outcome.parked)
-        if outcome.latency_s is not None:
-            m.latency.observe(outcome.latency_s)  # once per batch, not per event
+        if outcome.published_created_at:
+            m.latency.observe_since(outcome.acked_at, outcome.published_created_at)
 
     def _topic_label(self, topic: str) -> str:
         if topic in self._topic_labels:

@@ -129,7 +129,9 @@ class BatchOutcome:
     fatal_producer_error: bool = False
     full: bool = False  # a shard gave as many rows as asked for: more are probably waiting
     lost: frozenset[int] = frozenset()  # shards whose lease was gone at the settle
-    latency_s: float | None = None  # commit to ack of the oldest row published
+    acked_at: float = 0.0  # epoch seconds: the transport's acks are in and settled
+    # created_at of each row published: commit-to-ack is acked_at minus each of them
+    published_created_at: list[float] = field(default_factory=list, repr=False)
     published_by_topic: dict[str, int] = field(default_factory=dict, repr=False)
     failures_by_reason: dict[FailureReason, int] = field(default_factory=dict, repr=False)
     # Rows of a topic missing or not authorized, by Kafka topic.
@@ -137,6 +139,7 @@ class BatchOutcome:
 
 
 _ID = attrgetter("id")  # per published row: map() with it runs in C
+_CREATED_AT = attrgetter("created_at")
 _PAYLOAD = attrgetter("payload")
 _SHARD = attrgetter("shard")
 
@@ -362,9 +365,8 @@ class Step:
             fatal_producer_error=sent.fatal,
             full=sent.full,
             lost=settled.lost,
-            latency_s=(
-                time.time() - min(map(attrgetter("created_at"), published)) if published else None
-            ),
+            acked_at=time.time(),
+            published_created_at=list(map(_CREATED_AT, published)),
             published_by_topic=dict(Counter(map(attrgetter("topic"), published))),
             failures_by_reason=dict(Counter(e.reason for e in sent.errors.values())),
             unavailable_by_topic=dict(by_topic),

@@ -94,6 +94,7 @@ BENCH_ENTRY_POINTS = {
     "relay.cli",
     "relay.config",
     "relay.database",
+    "relay.ops.metrics",  # bench/latency_histogram.py measures the histogram itself
     "relay.pipeline",
     "relay.service",
     "relay.store",
