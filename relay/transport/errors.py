@@ -23,6 +23,7 @@ class FailureReason(Enum):
     #                    label               retriable  transport  fatal
     TOO_LARGE = ("RecordTooLarge", False, False, False)
     REFUSED = ("Refused", False, False, False)  # refused for good: invalid, wrong type, denied
+    MALFORMED_ROW = ("MalformedRow", False, False, False)  # the row cannot become a record
     UNKNOWN_TOPIC = ("UnknownTopic", True, False, False)  # the topic's problem: charged
     TOPIC_UNAVAILABLE = ("TopicUnavailable", True, False, False)  # too few replicas
     TIMEOUT = ("Timeout", True, True, False)
