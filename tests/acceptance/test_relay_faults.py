@@ -338,6 +338,23 @@ async def test_a_replica_whose_producer_cannot_start_again_hands_its_shards_over
     assert settled_by(pg).get("r2", 0) > 0, "r2 published nothing before it broke"
 
 
+async def test_a_relay_whose_producer_is_refused_at_start_up_exits_and_holds_nothing(
+    pg: Backend, kafka_bootstrap: str, fleet: RelayFleet, tmp_path: Path
+) -> None:
+    """Refused for good at the first start: the replica leaves without a lease or a
+    membership row behind, and exits 5 (a retriable refusal would be retried instead)."""
+    armed = tmp_path / "break-r1"
+    armed.touch()
+    env = named_relay_env(pg, kafka_bootstrap, "r1", lease_ttl_s=60.0)
+    env["BROKEN_PRODUCER_FILE"] = str(armed)
+    r1 = fleet.start("r1", env, module="tests.support.broken_producer_relay")
+    code = await asyncio.to_thread(r1.wait, 60)
+    assert code == EXIT_CANNOT_PUBLISH, r1.log()
+    assert "cannot publish: kafka start failed for good" in r1.log(), r1.log()
+    assert "r1" not in leases(pg).split()
+    assert fetch(pg, "replica_owners") == []
+
+
 # --------------------------------------------------------------------------- 4. Kafka down
 
 
