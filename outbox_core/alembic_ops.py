@@ -91,5 +91,24 @@ def downgrade_0003(op: Any) -> None:
     op.drop_index("processed_events_group_age_idx", table_name="processed_events")
 
 
+def upgrade_0004(op: Any) -> None:
+    """0004_headers_check: a row's headers are a JSON object. NOT VALID: new writes are
+    checked, existing rows are not read (validate later, docs/compatibility.md)."""
+    op.create_check_constraint(
+        "outbox_events_headers_check",
+        "outbox_events",
+        "jsonb_typeof(headers) = 'object'",
+        postgresql_not_valid=True,
+    )
+
+
+def downgrade_0004(op: Any) -> None:
+    op.drop_constraint("outbox_events_headers_check", "outbox_events", type_="check")
+
+
 # Migration version -> its operations (every migration after 0001 has one: a test checks).
-UPGRADES: dict[int, Callable[[Any], None]] = {2: upgrade_0002, 3: upgrade_0003}
+UPGRADES: dict[int, Callable[[Any], None]] = {
+    2: upgrade_0002,
+    3: upgrade_0003,
+    4: upgrade_0004,
+}

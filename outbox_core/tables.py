@@ -62,6 +62,7 @@ outbox_events = Table(
     CheckConstraint("key <> ''", name="outbox_events_key_check"),
     CheckConstraint("shard >= 0", name="outbox_events_shard_check"),
     CheckConstraint("tenant <> ''", name="outbox_events_tenant_check"),
+    CheckConstraint("jsonb_typeof(headers) = 'object'", name="outbox_events_headers_check"),
 )
 Index(
     "outbox_events_unpublished_idx",

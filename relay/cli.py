@@ -4,7 +4,10 @@ Exit codes: 0 success, 1 the operation failed (database error, refused migration
 2 bad usage or configuration, or a confirmation needed without a terminal (nothing was
 touched), 3 some ids given or listed were not found or not eligible (the others were acted
 on; relay.ops.cli_admin.EXIT_MISSING), 4 declined at the confirmation prompt
-(EXIT_DECLINED). docs/relay.md, "Operator commands", says the same to users.
+(EXIT_DECLINED), 5 `run` stopped because its producer cannot be started again (a
+non-retriable error: its leases were released for the other replicas; a restart may
+succeed, e.g. once a permission is granted). docs/relay.md, "Operator commands", says the
+same to users.
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from relay.config import (
     unknown_env_names,
 )
 from relay.database import read_url_file
-from relay.errors import RelayConfigError, StartupRefused
+from relay.errors import PublishingStopped, RelayConfigError, StartupRefused
 from relay.ops import cli_admin
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_CANNOT_PUBLISH = 5
 
 
 def _database_url(value: str | None) -> str:
@@ -289,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartupRefused as exc:
         print("outbox-relay: " + logs.redact(f"refusing to start: {exc}"), file=sys.stderr)
         return EXIT_USAGE
+    except PublishingStopped as exc:
+        print("outbox-relay: " + logs.redact(f"cannot publish: {exc}"), file=sys.stderr)
+        return EXIT_CANNOT_PUBLISH
     except OutboxError as exc:
         print("outbox-relay: " + logs.redact(f"{type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_FAILED

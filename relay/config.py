@@ -95,6 +95,13 @@ class RelaySettings(FlatSettings):
     shutdown_grace_s: float = Field(
         default=20.0, ge=0, description="On SIGTERM, how long in-flight sends may take to finish."
     )
+    healthz_stall_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="/healthz fails when a publish cycle of this replica has settled no row "
+        "for this long while rows were due (claimed, not backing off), a transport or "
+        "database outage included; 0: never.",
+    )
     notify: NotifySettings = Field(default_factory=NotifySettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
     gauges: GaugeSettings = Field(default_factory=GaugeSettings)

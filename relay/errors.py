@@ -37,6 +37,12 @@ class StartupRefused(RelayError):
     """The database is not in a state this relay can work on (exit code 2)."""
 
 
+class PublishingStopped(RelayError):
+    """The producer cannot be started again (a non-retriable error, e.g. refused
+    authorization): this replica cannot publish, so it released its leases for the other
+    replicas and stopped (exit code 5, for the orchestrator to restart it)."""
+
+
 class StoreUnavailable(RelayError, DatabaseError):
     """A store call failed: the database could not be reached or the statement failed.
     Always retried: state lives in the database, and the next round re-reads it."""

@@ -33,7 +33,7 @@ from relay.control.leases import LeaseKeeper
 from relay.control.notify import listen
 from relay.control.purge import Purger
 from relay.database import make_store
-from relay.errors import RelayError, StartupRefused, StoreUnavailable
+from relay.errors import PublishingStopped, RelayError, StartupRefused, StoreUnavailable
 from relay.ops.observer import RelayObserver, RelayStats
 from relay.pipeline.loop import Pipeline, PublisherKeeper
 from relay.pipeline.step import BatchOutcome
@@ -87,7 +87,9 @@ class RelayService:
             supervisor=self.supervisor,
             on_batch=on_batch,
             bulk_publisher=self.bulk_producer,
+            on_stopped=self._publishing_stopped,
         )
+        self.failure: PublishingStopped | None = None
         store, sup = self.store, self.supervisor
         self.leases = LeaseKeeper(
             s.leases,
@@ -126,8 +128,17 @@ class RelayService:
             log.info("stopping: no new claims; draining in-flight batches")
         self.supervisor.stop()
 
+    def _publishing_stopped(self, exc: PublishingStopped) -> None:
+        """A lane cannot publish any more: shut down (releasing the leases, so another
+        replica takes the shards at once) and let run() raise it."""
+        if self.failure is None:
+            self.failure = exc
+        self.supervisor.stop()
+
     async def run(self) -> None:
-        """Start-up checks, then work until stop(); raises StartupRefused before touching anything."""
+        """Start-up checks, then work until stop(); raises StartupRefused before touching
+        anything, PublishingStopped after a shutdown because the producer cannot be started
+        again."""
         s, sup = self.settings, self.supervisor
         await self.store.open()
         try:
@@ -166,6 +177,8 @@ class RelayService:
             await sup.stopping.wait()
         finally:
             await self._shutdown()
+        if self.failure is not None:
+            raise self.failure
 
     def _listen(self) -> None:
         s, sup = self.settings, self.supervisor
@@ -191,10 +204,14 @@ class RelayService:
 
     def healthz(self) -> Probe:
         """Alive: the loops tick (lease rounds, batches, retries) at least every
-        max(3 heartbeats, 30s). A transport or database outage does not fail it."""
+        max(3 heartbeats, 30s), and the publish cycle makes progress: it settled rows, or
+        found none due, within healthz_stall_s."""
         # Retry waits reach RETRY_MAX_WAIT_S plus the attempt itself: 30s is no false alarm.
         limit = max(3 * self.settings.leases.heartbeat_interval_s, 3 * RETRY_MAX_WAIT_S)
-        return self.supervisor.healthz(limit)
+        ticking = self.supervisor.healthz(limit)
+        stall_s = self.settings.healthz_stall_s
+        stalled = self.observer.stalled(stall_s) if ticking.ok and stall_s else None
+        return ticking if stalled is None else Probe(False, stalled)
 
     def readyz(self) -> Probe:
         """Ready: database and the transport (Kafka or Redis) reachable, leases held or being

@@ -31,7 +31,9 @@ CREATE TABLE outbox_events (
     CONSTRAINT outbox_events_topic_check CHECK (topic <> ''),
     CONSTRAINT outbox_events_key_check CHECK (key <> ''),
     CONSTRAINT outbox_events_shard_check CHECK (shard >= 0),
-    CONSTRAINT outbox_events_tenant_check CHECK (tenant <> '')
+    CONSTRAINT outbox_events_tenant_check CHECK (tenant <> ''),
+    -- NOT VALID in a database migrated from before 0004_headers_check.sql.
+    CONSTRAINT outbox_events_headers_check CHECK (jsonb_typeof(headers) = 'object')
 );
 
 -- Claims only ever look at unpublished rows of one shard in id order; keeping

@@ -35,6 +35,19 @@ CREATE INDEX outbox_events_blocking_idx ON outbox_events (shard, key, id)
 CREATE INDEX outbox_events_tenant_idx ON outbox_events (shard, coalesce(tenant, ''), id)
     WHERE published_at IS NULL;
 
+-- The CHECK on headers (a JSON object), as triggers (0004_headers_check.sql).
+CREATE TRIGGER outbox_events_headers_insert BEFORE INSERT ON outbox_events
+WHEN CASE WHEN json_valid(NEW.headers) THEN json_type(NEW.headers) IS NOT 'object' ELSE 1 END
+BEGIN
+    SELECT RAISE(ABORT, 'CHECK constraint failed: outbox_events_headers_check');
+END;
+
+CREATE TRIGGER outbox_events_headers_update BEFORE UPDATE OF headers ON outbox_events
+WHEN CASE WHEN json_valid(NEW.headers) THEN json_type(NEW.headers) IS NOT 'object' ELSE 1 END
+BEGIN
+    SELECT RAISE(ABORT, 'CHECK constraint failed: outbox_events_headers_check');
+END;
+
 CREATE TABLE outbox_idempotency (
     scope TEXT NOT NULL,
     idempotency_key TEXT NOT NULL,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from relay.ops.metrics import RelayMetrics
 from relay.pipeline.step import BatchOutcome
@@ -35,6 +35,8 @@ class RelayStats:
     last_heartbeat_ok: float = 0.0  # monotonic time of the last successful lease round
     transport: str = "kafka"  # the configured transport: kafka or redis
     transport_ok: bool = False  # the producer started and the last batch reached the transport
+    # Per lane, the monotonic time of its last cycle that settled a row or found none due.
+    progress: dict[str, float] = field(default_factory=dict)
 
 
 class RelayObserver:
@@ -75,6 +77,24 @@ class RelayObserver:
             return OTHER_TOPICS
         self._topic_labels.add(topic)
         return topic
+
+    def cycle(self, lane: str, outcome: BatchOutcome | None) -> None:
+        """A lane's cycle ended: progress when it settled a row, or found none due
+        (outcome None: nothing to claim for, no shard held)."""
+        settled = outcome.published + outcome.retried + outcome.parked if outcome else 0
+        if outcome is None or not outcome.claimed or settled:
+            self.stats.progress[lane] = time.monotonic()
+
+    def stalled(self, limit_s: float) -> str | None:
+        """What is stalled: a lane whose cycles have settled nothing for more than limit_s
+        while rows were due (the claims returned rows, or none completed)."""
+        if not self.stats.progress:
+            return None  # no lane runs yet: start-up has its own checks
+        lane, last = min(self.stats.progress.items(), key=lambda item: item[1])
+        quiet = time.monotonic() - last
+        if quiet <= limit_s:
+            return None
+        return f"{lane}: nothing settled for {quiet:.0f}s with rows due (limit {limit_s:.0f}s)"
 
     def transport_started(self) -> None:
         self.stats.transport_ok = True

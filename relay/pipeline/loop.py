@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor, Wake
-from relay.errors import RelayError, StoreUnavailable
+from relay.errors import PublishingStopped, RelayError, StoreUnavailable
 from relay.ops.observer import RelayObserver
 from relay.pipeline.lanes import LaneName, TenantLanes
 from relay.pipeline.step import BatchOutcome, BatchRules, Sent, Step
@@ -112,10 +112,19 @@ class PublisherKeeper:
         self._observer = observer
 
     async def start(self) -> None:
-        """Start the producer, retrying while the transport is away; raises only once
-        stopping."""
-        await self._sup.retry(f"{self.transport} start", self.publisher.start, retriable)
+        """Start the producer, retrying while the transport is away; raises the last error
+        once stopping, PublishingStopped on one no retry can mend."""
+        await self._retry(f"{self.transport} start", self.publisher.start)
         self._observer.transport_started()
+
+    async def _retry(self, what: str, call: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await self._sup.retry(what, call, retriable)
+        except Exception as exc:
+            if self._sup.stopping.is_set() or retriable(exc):
+                raise
+            # The replica cannot publish: its leases must go to one that can.
+            raise PublishingStopped(f"{what} failed for good: {exc}") from exc
 
     async def recreate(self, seen_generation: int) -> None:
         """Replace the producer that failed at seen_generation (once, whoever asks)."""
@@ -126,9 +135,7 @@ class PublisherKeeper:
                 "producer failed fatally; recreating it", extra={"transport": self.transport}
             )
             self._observer.producer_recreated()
-            await self._sup.retry(
-                f"{self.transport} producer recreate", self.publisher.recreate, retriable
-            )
+            await self._retry(f"{self.transport} producer recreate", self.publisher.recreate)
             self.generation += 1
 
     async def stop(self) -> None:
@@ -153,6 +160,11 @@ class LaneParts:
     observer: RelayObserver
     supervisor: Supervisor
     on_batch: Callable[[BatchOutcome], None] | None
+    on_stopped: Callable[[PublishingStopped], None]
+
+
+def _raise(exc: PublishingStopped) -> None:
+    raise exc
 
 
 class Pipeline:
@@ -169,11 +181,14 @@ class Pipeline:
         supervisor: Supervisor,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         bulk_publisher: PublisherKeeper | None = None,
+        on_stopped: Callable[[PublishingStopped], None] = _raise,
     ) -> None:
+        """on_stopped: a lane cannot publish any more (its producer cannot be started
+        again); the lane has ended."""
         self.rules = rules
         self._store = store
         self._shards = Shards()
-        parts = LaneParts(probe, store, publisher, observer, supervisor, on_batch)
+        parts = LaneParts(probe, store, publisher, observer, supervisor, on_batch, on_stopped)
         turns = rules.turns
         if turns is None or rules.bulk_rows is None:
             self.lanes = [Lane("lane", rules, self._shards, parts)]
@@ -261,6 +276,7 @@ class Lane:
         self._observer = parts.observer
         self._sup = parts.supervisor
         self._on_batch = parts.on_batch
+        self._on_stopped = parts.on_stopped
         self._tenants = tenants
         self._lane = lane
         self._wake = Wake()
@@ -297,6 +313,7 @@ class Lane:
         rules = self._rules()
         if not tokens or rules is None:
             await self.step.settled()
+            self._observer.cycle(self.name, None)  # nothing is due to this lane
             return None
         generation = self._publisher.generation
         sent = await self.step.send(tokens, rules)
@@ -329,6 +346,7 @@ class Lane:
     def _record(self, outcome: BatchOutcome) -> None:
         self._sup.tick()
         self._observer.batch(outcome)
+        self._observer.cycle(self.name, outcome)
         if self._on_batch is not None:
             self._on_batch(outcome)
 
@@ -366,14 +384,25 @@ class Lane:
     async def run(self) -> None:
         probe = self.probe
         last_rows = time.monotonic()
+        self._observer.cycle(self.name, None)  # the stall clock starts with the lane
         try:
             while not self._sup.stopping.is_set():
                 started = time.monotonic()
                 self._wake.clear()
                 try:
                     sent = await self._sup.retry("relay batch", self._attempt, retriable)
-                except (TransportUnavailable, StoreUnavailable, PublishFailed):
-                    return  # raised only once stopping; nothing was settled, rows stay pending
+                except PublishingStopped as exc:
+                    log.error("publishing stopped", extra={"lane": self.name, "error": str(exc)})
+                    self._on_stopped(exc)
+                    return
+                except (TransportUnavailable, StoreUnavailable, PublishFailed) as exc:
+                    if self._sup.stopping.is_set():
+                        return  # nothing was settled, rows stay pending
+                    # Not retriable, yet not the rows' fault (their failures are charged
+                    # in the step): the next cycle reads the database's state again.
+                    log.error("relay cycle failed", extra={"error": str(exc)})
+                    await self._sup.sleep(1.0)
+                    continue
                 except Exception:
                     log.exception("relay cycle failed unexpectedly")
                     await self._sup.sleep(1.0)

@@ -9,8 +9,10 @@ cannot know yet is decided here, per lane:
   while that settle does), so no row is sent twice at once;
 - held: under block_key, a key with a failure the settle is still recording sends
   nothing of this claim: its rows stay pending, uncharged;
-- failed: a row known to fail before sending (larger than the producer takes) is refused
-  here, and under block_key the later rows of its key in the claim are held with it;
+- failed: a row known to fail before sending (larger than the producer takes, or
+  malformed: it cannot become a record) is refused here, and under block_key the later
+  rows of its key in the claim are held with it. Either is parked at once, and a parked
+  row blocks its key as any parked row does (until an operator retries or discards it);
 - blocked: the failure policy. Under skip, a failed row holds nothing back.
 
 The publisher only reports, per record: acked, failed (with its reason) or held
@@ -79,17 +81,24 @@ class KeyOrder:
         records: list[OutgoingRecord],
         oversized: dict[int, int],
         limit: int,
+        malformed: dict[int, str] | None = None,
     ) -> Plan:
         """Which claimed rows go out. oversized: {index: size} of the records larger than
-        the producer takes (limit bytes)."""
+        the producer takes (limit bytes); malformed: {index: what is wrong} of the rows
+        that have no record."""
         held = self._unrecorded if self.block else set()
-        if not oversized and not held:
+        malformed = malformed or {}
+        if not oversized and not held and not malformed:
             return Plan(list(rows), records)  # most claims send every row
         plan = Plan([], [])
         failed: set[str] = set()
         for i, row in enumerate(rows):
             if self.block and (row.key in held or row.key in failed):
                 plan.held_back += 1  # stays pending; the next claim waits behind its key
+                continue
+            if i in malformed:
+                plan.errors[row.id] = PublishFailed(FailureReason.MALFORMED_ROW, malformed[i])
+                failed.add(row.key)
                 continue
             if i in oversized:
                 # Known before sending: refused here, so nothing later of its key goes out.

@@ -302,14 +302,29 @@ class Step:
         if not rows:
             return None
         limit = rules.max_request_size
-        topic_of = {t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows}}
+        # A topic of the wrong type (a row written around producer_lib) has no Kafka
+        # topic: to_records reports its row malformed.
+        topic_of = {
+            t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows} if type(t) is str
+        }
         records: list[OutgoingRecord] = []
         oversized: dict[int, int] = {}
+        malformed: dict[int, str] = {}
         async for start, piece in pieces(rows):  # a large claim gives the other lane turns
-            built, too_large = to_records(piece, topic_of, limit)
+            built, too_large, bad = to_records(piece, topic_of, limit)
             records += built
             oversized.update((start + i, size) for i, size in too_large.items())
-        plan: Plan = self.order.plan(rows, records, oversized, limit)
+            malformed.update((start + i, why) for i, why in bad.items())
+        if malformed:
+            log.warning(
+                "rows that cannot become records are parked",
+                extra={
+                    "ids": [rows[i].id for i in list(malformed)[:10]],
+                    "rows": len(malformed),
+                    "first": next(iter(malformed.values())),
+                },
+            )
+        plan: Plan = self.order.plan(rows, records, oversized, limit, malformed)
         outcomes = await self._publisher.publish(plan.records) if plan.records else []
         verdict = self.order.judge(plan, outcomes)
         errors, published = verdict.errors, verdict.published

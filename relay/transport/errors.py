@@ -27,6 +27,7 @@ class FailureReason(Enum):
     #                    label               retriable  transport  fatal  charged
     TOO_LARGE = ("RecordTooLarge", False, False, False, True)  # alone, refused for its size
     REFUSED = ("Refused", False, False, False, True)  # refused for good: invalid, wrong type
+    MALFORMED_ROW = ("MalformedRow", False, False, False, True)  # the row cannot become a record
     UNKNOWN_TOPIC = ("UnknownTopic", True, False, False, True)  # the topic's problem: charged
     TOPIC_DENIED = ("TopicDenied", True, False, False, False)  # not authorized (an ACL)
     TOPIC_UNAVAILABLE = ("TopicUnavailable", True, False, False, False)  # too few replicas

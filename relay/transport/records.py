@@ -2,6 +2,11 @@
 row's own bytes, its key, and headers (event_id, event_type and the row's headers). The
 payload is never decoded.
 
+A row that cannot become a record (headers that are not a JSON object of strings, a key,
+topic or payload of the wrong type: rows written around producer_lib, or before the
+headers constraint) is reported with what is wrong with it, never raised: the other rows
+of the claim go out, and the step parks it (FailureReason.MALFORMED_ROW).
+
 This runs once per event, so it is one loop with no call per row beyond the encodes: the
 event type and header set (a producer uses few) are encoded once and cached with their
 size, which makes each record's exact size a few additions.
@@ -40,14 +45,68 @@ EVENT_ID = "event_id"  # the one header that differs per row
 _OWN = frozenset({EVENT_ID, "event_type"})
 
 
+class MalformedRow(ValueError):
+    """What is wrong with a row that cannot become a record (the message is its
+    last_error)."""
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    return _JSON_TYPES.get(type(value), "a number")
+
+
 @functools.lru_cache(maxsize=1024)
 def _headers(event_type: str, headers_json: str) -> tuple[Headers, int]:
-    parsed = json.loads(headers_json)
-    headers: Headers = (
-        ("event_type", event_type.encode()),
-        *((str(k), str(v).encode()) for k, v in parsed.items() if str(k).lower() not in _OWN),
-    )
+    try:
+        parsed = json.loads(headers_json)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise MalformedRow(f"headers are not JSON ({type(exc).__name__})") from None
+    if not isinstance(parsed, dict):
+        raise MalformedRow(f"headers are {_json_type(parsed)}, not a JSON object")
+    wrong = next((k for k, v in parsed.items() if not isinstance(v, str)), None)
+    if wrong is not None:
+        raise MalformedRow(f"header {wrong[:128]!r} is {_json_type(parsed[wrong])}, not a string")
+    try:
+        headers: Headers = (
+            ("event_type", event_type.encode()),
+            *((k, v.encode()) for k, v in parsed.items() if k.lower() not in _OWN),
+        )
+    except UnicodeEncodeError:  # a lone surrogate, which JSON text can spell
+        raise MalformedRow("headers hold text that is not valid Unicode") from None
     return headers, sum(len(name) + len(value) for name, value in headers)
+
+
+def _malformed(row: ClaimedRow, topic_of: Mapping[str, str]) -> str:
+    """Why this row cannot become a record (its build raised)."""
+    for column, value, types in (
+        ("topic", row.topic, str),
+        ("key", row.key, str),
+        ("event_id", row.event_id, str),
+        ("event_type", row.event_type, str),
+        ("headers", row.headers_json, str),
+        ("payload", row.payload, bytes),
+    ):
+        if not isinstance(value, types):
+            return f"malformed row: its {column} is a {type(value).__name__}, not {types.__name__}"
+    if row.topic not in topic_of:
+        return "malformed row: its topic has no Kafka topic"
+    try:
+        _headers(row.event_type, row.headers_json)
+        row.key.encode()
+        row.event_id.encode()
+        row.event_type.encode()
+    except MalformedRow as exc:
+        return f"malformed row: {exc}"
+    except Exception as exc:  # anything else a hostile writer found: the row, not the relay
+        return f"malformed row: {type(exc).__name__}"
+    return "malformed row"
+
+
+_NO_RECORD = OutgoingRecord("", b"", b"", [])  # a malformed row's place in the records
 
 
 # tuple.__new__ builds the NamedTuple without its Python-level __new__.
@@ -56,17 +115,26 @@ _record = functools.partial(tuple.__new__, OutgoingRecord)
 
 def to_records(
     rows: Sequence[ClaimedRow], topic_of: Mapping[str, str], limit: int
-) -> tuple[list[OutgoingRecord], dict[int, int]]:
-    """The rows' records, in order, and {index: size} of those larger than limit bytes
-    (key, value and headers, as OutgoingRecord.size counts them)."""
+) -> tuple[list[OutgoingRecord], dict[int, int], dict[int, str]]:
+    """The rows' records, in order; {index: size} of those larger than limit bytes (key,
+    value and headers, as OutgoingRecord.size counts them); and {index: what is wrong} of
+    the rows that cannot become a record (their places in the records hold no record)."""
     records: list[OutgoingRecord] = []
     append = records.append
     oversized: dict[int, int] = {}
+    malformed: dict[int, str] = {}
     for i, row in enumerate(rows):
-        static, static_size = _headers(row.event_type, row.headers_json)
-        key, value, event_id = row.key.encode(), row.payload, row.event_id.encode()
-        size = len(key) + len(value) + static_size + len(EVENT_ID) + len(event_id)
+        try:  # free until a row raises: the common claim pays nothing for the check
+            static, static_size = _headers(row.event_type, row.headers_json)
+            key, value, event_id = row.key.encode(), row.payload, row.event_id.encode()
+            if not isinstance(value, bytes):
+                raise MalformedRow
+            size = len(key) + len(value) + static_size + len(EVENT_ID) + len(event_id)
+            append(_record((topic_of[row.topic], key, value, [(EVENT_ID, event_id), *static])))
+        except Exception:
+            malformed[i] = _malformed(row, topic_of)
+            append(_NO_RECORD)
+            continue
         if size > limit:
             oversized[i] = size
-        append(_record((topic_of[row.topic], key, value, [(EVENT_ID, event_id), *static])))
-    return records, oversized
+    return records, oversized, malformed

@@ -296,6 +296,65 @@ async def test_paused_relay_is_fenced_after_takeover(
     )
 
 
+# --------------------------------------------------------------------------- 3b. producer lost
+
+
+EXIT_CANNOT_PUBLISH = 5  # relay/cli.py
+
+
+async def test_a_replica_whose_producer_cannot_start_again_hands_its_shards_over_and_exits(
+    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet, tmp_path: Path
+) -> None:
+    """r2's producer fails fatally, and its replacement's start is refused for good
+    (tests/support/broken_producer_relay.py): r2 releases its leases and exits 5, and r1
+    takes every shard long before the leases would have expired (lease_ttl_s 60), then
+    publishes every committed event in per-key order."""
+    topic = await new_topic("producer-lost", partitions=4)
+    ttl = {"lease_ttl_s": 60.0, "batch_size": 100}
+    armed = tmp_path / "break-r2"
+    fleet.start("r1", named_relay_env(pg, kafka_bootstrap, "r1", **ttl))
+    broken = named_relay_env(pg, kafka_bootstrap, "r2", **ttl)
+    broken["BROKEN_PRODUCER_FILE"] = str(armed)
+    r2 = fleet.start("r2", broken, module="tests.support.broken_producer_relay")
+    with Writers(pg, topic, threads=2, keys=100, seed=5, pause_between_s=0.02) as writers:
+        await wait_split(pg, ["r1", "r2"])
+        await writers.wait_committed(300)
+        armed.touch()
+        code = await asyncio.to_thread(r2.wait, 60)
+        assert code == EXIT_CANNOT_PUBLISH, r2.log()
+        assert "cannot publish" in r2.log(), r2.log()
+        assert "ClusterAuthorizationFailed" in r2.log(), r2.log()
+        # Released on the way out: nothing is left to expire.
+        assert "r2" not in leases(pg).split(), leases(pg)
+        await wait_split(pg, ["r1"], timeout=30)  # well within the 60 s the leases had
+        await writers.wait_committed(writers.committed + 100)  # r1 alone, under load
+        log = writers.stop()
+    await wait_drained(pg, 60)
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert len(log.committed) > 300, "too little traffic to prove anything"
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    assert settled_by(pg).get("r2", 0) > 0, "r2 published nothing before it broke"
+
+
+async def test_a_relay_whose_producer_is_refused_at_start_up_exits_and_holds_nothing(
+    pg: Backend, kafka_bootstrap: str, fleet: RelayFleet, tmp_path: Path
+) -> None:
+    """Refused for good at the first start: the replica leaves without a lease or a
+    membership row behind, and exits 5 (a retriable refusal would be retried instead)."""
+    armed = tmp_path / "break-r1"
+    armed.touch()
+    env = named_relay_env(pg, kafka_bootstrap, "r1", lease_ttl_s=60.0)
+    env["BROKEN_PRODUCER_FILE"] = str(armed)
+    r1 = fleet.start("r1", env, module="tests.support.broken_producer_relay")
+    code = await asyncio.to_thread(r1.wait, 60)
+    assert code == EXIT_CANNOT_PUBLISH, r1.log()
+    assert "cannot publish: kafka start failed for good" in r1.log(), r1.log()
+    assert "r1" not in leases(pg).split()
+    assert fetch(pg, "replica_owners") == []
+
+
 # --------------------------------------------------------------------------- 4. Kafka down
 
 

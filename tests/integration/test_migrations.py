@@ -20,7 +20,7 @@ from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
 
-ALL = [(1, "initial"), (2, "tenant"), (3, "consumer_dead_letters")]
+ALL = [(1, "initial"), (2, "tenant"), (3, "consumer_dead_letters"), (4, "headers_check")]
 
 
 def catalog(backend: Backend) -> dict[str, Any]:
@@ -32,6 +32,7 @@ def catalog(backend: Backend) -> dict[str, Any]:
         "tables": tables,
         "columns": {t: backend.fetch("schema_table_columns", {"table": t}) for t in tables},
         "indexes": [(t, n, " ".join(s.split())) for t, n, s in backend.fetch("schema_indexes")],
+        "triggers": [(t, n, " ".join(s.split())) for t, n, s in backend.fetch("schema_triggers")],
         "settings": backend.fetch("schema_settings"),
     }
 
@@ -81,7 +82,7 @@ def test_an_outbox_at_0001_upgrades_with_its_pending_rows(
     assert migrate(backend.url).applied == [1]
     backend.execute("outbox_fill", {"rows": 50})
     monkeypatch.undo()
-    assert migrate(backend.url).applied == [2, 3]
+    assert migrate(backend.url).applied == [2, 3, 4]
     assert {t for _, _, t in backend.fetch("outbox_row_tenants")} == {None}
     assert backend.fetch("migrations_applied") == ALL
 
@@ -151,3 +152,35 @@ def test_cli_reports_bad_configuration_with_exit_2(tmp_path: Path) -> None:
     )
     assert bad_int.returncode == 2
     assert "not an integer" in bad_int.stderr
+
+
+def test_0004_migrates_an_outbox_holding_rows_whose_headers_are_no_object(
+    empty_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0004 checks new writes only: rows written before it (by a writer other than
+    producer_lib) do not fail the migration, and stay for the relay to park."""
+    backend = empty_backend
+    before = available(backend.dialect)[:3]
+    monkeypatch.setattr("outbox_core.migrate.available", lambda dialect: before)
+    assert migrate(backend.url).applied == [1, 2, 3]
+    old = {"topic": "t", "key": "k", "shard": 0, "payload": b"{}", "headers": "[1]"}
+    [(old_id,)] = backend.fetch("outbox_insert_hostile", old)
+    monkeypatch.undo()
+    assert migrate(backend.url).applied == [4]
+    assert [(r[0], r[7]) for r in backend.fetch("outbox_rows")] == [
+        (old_id, [1] if backend.dialect == "postgres" else "[1]")
+    ]
+
+
+@pytest.mark.parametrize("headers", ["[1]", '"text"', "null", "3", "{not json"])
+def test_a_new_row_whose_headers_are_no_object_is_refused(backend: Backend, headers: str) -> None:
+    if backend.dialect == "postgres" and headers == "{not json":
+        pytest.skip("jsonb refuses text that is not JSON by itself")
+    row = {"topic": "t", "key": "k", "shard": 0, "payload": b"{}", "headers": headers}
+    with pytest.raises((psycopg.errors.CheckViolation, sqlite3.IntegrityError)) as refused:
+        backend.fetch("outbox_insert_hostile", row)
+    assert "outbox_events_headers_check" in str(refused.value)
+    [(row_id,)] = backend.fetch("outbox_insert_hostile", {**row, "headers": "{}"})
+    with pytest.raises((psycopg.errors.CheckViolation, sqlite3.IntegrityError)):
+        backend.execute("outbox_headers_set", {"id": row_id, "headers": headers})
+    assert backend.scalar("outbox_count") == 1

@@ -151,8 +151,8 @@ class RelayFleet:
         self.folder = folder
         self.procs: dict[str, RelayProcess] = {}
 
-    def start(self, name: str, env: dict[str, str]) -> RelayProcess:
-        proc = RelayProcess(env, self.folder / f"relay-{name}.log")
+    def start(self, name: str, env: dict[str, str], module: str = "relay.cli") -> RelayProcess:
+        proc = RelayProcess(env, self.folder / f"relay-{name}.log", module=module)
         self.procs[name] = proc
         return proc
 

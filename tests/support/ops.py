@@ -344,7 +344,9 @@ class TcpGate:
     server ("host:port"; of a Kafka bootstrap list, the first). Kafka's metadata names the
     broker's own listener, so once a client has bootstrapped through the gate it talks to
     the broker directly; a Postgres client stays on the gate, so cut() loses its server
-    (connections reset, new ones refused) until open() again, without touching the server."""
+    (connections reset, new ones refused) until open() again, without touching the server.
+    hold() makes it a black hole instead (connections accepted, nothing forwarded either
+    way) until release(); what was held back is forwarded then."""
 
     def __init__(self, target: str) -> None:
         host, _, port = target.split(",")[0].rpartition(":")
@@ -354,6 +356,8 @@ class TcpGate:
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self.loop: asyncio.AbstractEventLoop | None = None  # open()'s: cut() runs on it
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     @property
     def address(self) -> str:
@@ -373,6 +377,12 @@ class TcpGate:
         if server is not None:
             await server.wait_closed()
 
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
+
     def cut(self) -> None:
         """Refuse new connections and reset the ones forwarded (from the loop's thread)."""
         if self._server is not None:
@@ -385,6 +395,7 @@ class TcpGate:
             task.cancel()
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._flowing.wait()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
@@ -395,6 +406,7 @@ class TcpGate:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
+                    await self._flowing.wait()
                     dst.write(data)
                     await dst.drain()
             except (ConnectionError, asyncio.CancelledError):

@@ -74,8 +74,11 @@ async def running_relay(settings: RelaySettings, **kw: Any) -> AsyncIterator[Rel
 class RelayProcess(ChildProcess):
     """`outbox-relay run` as a child process, for kills, pauses and signals."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, name: str = "") -> None:
-        super().__init__(["-m", "relay.cli", "run"], env, log_path, name)
+    def __init__(
+        self, env: dict[str, str], log_path: Path, name: str = "", module: str = "relay.cli"
+    ) -> None:
+        """module: what runs as `python -m module run` (a fault hook wrapping relay.cli)."""
+        super().__init__(["-m", module, "run"], env, log_path, name)
 
 
 async def wait_drained(backend: Backend, timeout: float = 60.0, *, parked_ok: bool = False) -> None:

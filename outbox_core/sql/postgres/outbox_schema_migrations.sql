@@ -68,7 +68,10 @@ WHERE n.nspname = %(schema)s
 ORDER BY 1, 2;
 
 -- name: migration_describe_constraints
-SELECT c.relname, k.conname, k.contype::text, pg_get_constraintdef(k.oid)
+-- NOT VALID says whether the rows were checked, not what the schema is: a constraint an
+-- operator validated after migrating (or never) is the same constraint.
+SELECT c.relname, k.conname, k.contype::text,
+       regexp_replace(pg_get_constraintdef(k.oid), ' NOT VALID$', '')
 FROM pg_constraint k
 JOIN pg_class c ON c.oid = k.conrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -20,7 +20,10 @@ WHERE schemaname = 'public' AND tablename <> 'outbox_schema_migrations'
 ORDER BY tablename, indexname;
 
 -- name: schema_constraints
-SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+-- NOT VALID is the state of the rows, not of the schema: a migrated database's constraint
+-- may be, a fresh one's is not.
+SELECT conrelid::regclass::text, conname,
+       regexp_replace(pg_get_constraintdef(oid), ' NOT VALID$', '')
 FROM pg_constraint
 WHERE connamespace = 'public'::regnamespace
   AND conrelid::regclass::text <> 'outbox_schema_migrations'
@@ -120,3 +123,17 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 -- name: outbox_set_topic
 -- A topic producer_lib would refuse, written past it (any role with UPDATE can).
 UPDATE outbox_events SET topic = %(topic)s WHERE id = %(id)s;
+
+-- name: outbox_headers_check_drop
+-- The table as it was before 0004_headers_check.sql, for rows written before it.
+ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_headers_check;
+
+-- name: outbox_insert_hostile
+-- A row written around producer_lib, by any role with INSERT on the table.
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers)
+VALUES (gen_random_uuid(), %(topic)s, %(key)s, %(shard)s, 'Hostile', %(payload)s,
+        %(headers)s::jsonb)
+RETURNING id;
+
+-- name: outbox_headers_set
+UPDATE outbox_events SET headers = %(headers)s::jsonb WHERE id = %(id)s;

@@ -17,6 +17,9 @@ SELECT tbl_name, name, coalesce(sql, '') FROM sqlite_master
 WHERE type = 'index' AND tbl_name <> 'outbox_schema_migrations'
 ORDER BY tbl_name, name;
 
+-- name: schema_triggers
+SELECT tbl_name, name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY tbl_name, name;
+
 -- name: schema_settings
 SELECT name, value FROM outbox_settings ORDER BY name;
 
@@ -50,3 +53,16 @@ SET headers = json_set(headers, '$.event_id', :forged, '$.EVENT_TYPE', 'Forged',
 -- name: outbox_set_topic
 -- A topic producer_lib would refuse, written past it (any role with UPDATE can).
 UPDATE outbox_events SET topic = :topic WHERE id = :id;
+
+-- name: outbox_headers_check_drop
+-- The table as it was before 0004_headers_check.sql, for rows written before it.
+DROP TRIGGER outbox_events_headers_insert;
+
+-- name: outbox_insert_hostile
+-- A row written around producer_lib; SQLite keeps a BLOB key or a TEXT payload as given.
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, headers)
+VALUES (lower(hex(randomblob(16))), :topic, :key, :shard, 'Hostile', :payload, :headers)
+RETURNING id;
+
+-- name: outbox_headers_set
+UPDATE outbox_events SET headers = :headers WHERE id = :id;
