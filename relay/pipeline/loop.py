@@ -42,6 +42,10 @@ from relay.transport.errors import PublishFailed, TransportUnavailable
 from relay.transport.protocol import Publisher
 
 log = logging.getLogger("relay.cycle")
+
+# A lane without shards only wakes to see whether it has been handed one, which
+# Pipeline.start also tells it at once: this is a backstop, not a poll of the database.
+NO_SHARD_WAIT_S = 1.0
 producer_log = logging.getLogger("relay.producer")
 
 
@@ -300,6 +304,7 @@ class Lane:
             return None
         generation = self._publisher.generation
         sent = await self.step.send(tokens, rules)
+        self._observer.claimed(0 if sent is None else len(sent.rows))
         number = self.step.begun
         if self._tenants is not None:
             self._tenants.claimed(self._lane, number, sent.rows if sent is not None else [])
@@ -313,6 +318,7 @@ class Lane:
 
     async def _settled(self, sent: Sent, outcome: BatchOutcome | None) -> None:
         """The step's settle of `sent` ended (outcome None: it failed)."""
+        self._observer.settled()
         await self._mark_done(sent.number)
         if outcome is None:
             self._observer.store_error()
@@ -382,6 +388,11 @@ class Lane:
                     last_rows = started
                     if sent.full:
                         continue
+                elif not self._shards.claimed:
+                    # No shard (a standby, or between leases): nothing to probe. The
+                    # lease round that brings a shard wakes the lane (Pipeline.start).
+                    await self._sup.sleep(NO_SHARD_WAIT_S, self._wake)
+                    continue
                 quiet = started - last_rows > probe.idle_after_s
                 interval = probe.idle_interval_s if quiet else probe.interval_s
                 await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)), self._wake)
