@@ -27,8 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,8 +63,34 @@ class FleetRun:
     load_avg: float
 
 
+COUNTERS = ("probes", "claims", "settles", "heartbeats")
+
+
 def _cpu(procs: list[Proc]) -> float:
     return sum(cpu_seconds(p.pid) or 0.0 for p in procs)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _counters(ports: list[int]) -> dict[str, float]:
+    """The fleet's outbox_relay_<name>_total, summed over its replicas' /metrics."""
+    total = dict.fromkeys(COUNTERS, 0.0)
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        for line in text.splitlines():
+            for name in COUNTERS:
+                if line.startswith(f"outbox_relay_{name}_total "):
+                    total[name] += float(line.split()[1])
+    return total
+
+
+def _rates(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
+    return ", ".join(f"{n} {(after[n] - before[n]) / seconds:.1f}/s" for n in COUNTERS)
 
 
 async def one_fleet(
@@ -82,12 +110,14 @@ async def one_fleet(
         env = relay_env(url, bootstrap, prefix)
         env["OUTBOX_ACTIVE_REPLICAS"] = str(args.active_replicas)
         env["OUTBOX_LOG_LEVEL"] = "WARNING"
-        for i in range(size):
+        env.update(item.split("=", 1) for item in args.env)
+        ports = [_free_port() for _ in range(size)]
+        for i, port in enumerate(ports):
             procs.append(
                 launch(
                     f"relay-{size}-{i}",
                     [sys.executable, "-m", "relay.cli", "run"],
-                    {**env, "OUTBOX_REPLICA_ID": f"relay-{i:03d}"},
+                    {**env, "OUTBOX_REPLICA_ID": f"relay-{i:03d}", "OUTBOX_HTTP_PORT": str(port)},
                     logdir,
                 )
             )
@@ -100,17 +130,20 @@ async def one_fleet(
         # Backends flush their statistics at most every 10 s when idle.
         await asyncio.sleep(12.0)
         cpu0, tx0, t0 = _cpu(procs), statements(base, dbname), time.monotonic()
+        counted = _counters(ports)
         await asyncio.sleep(args.idle_s)
         elapsed = time.monotonic() - t0
+        idle_counts = _rates(counted, _counters(ports), elapsed)
         idle_cpu = (_cpu(procs) - cpu0) / elapsed
         idle_tx = (statements(base, dbname) - tx0) / elapsed
         print(
             f"{size} relay(s) idle: {idle_tx:.1f} transactions/s, relays' CPU "
             f"{idle_cpu * 100:.2f}% of a core (over {elapsed:.0f} s, load "
-            f"{os.getloadavg()[0]:.2f})",
+            f"{os.getloadavg()[0]:.2f}); {idle_counts}",
             flush=True,
         )
         marks: list[tuple[float, int, float]] = []
+        counted = _counters(ports)
         commit_at, took = await asyncio.to_thread(
             load,
             args,
@@ -124,6 +157,7 @@ async def one_fleet(
         got = await appended(bootstrap, topic, args.partitions, wanted, 120)
         cpu1, tx1, t1 = marks[0]
         spent = time.monotonic() - t1
+        steady_counts = _rates(counted, _counters(ports), took)
         steady_cpu = (_cpu(procs) - cpu1) / took
         steady_tx = (statements(base, dbname) - tx1) / spent
         counted_from = min(commit_at.values()) + args.warmup_s
@@ -145,7 +179,8 @@ async def one_fleet(
             f"{size} relay(s) at {len(commit_at) / took:,.0f} events/s: relays' CPU "
             f"{steady_cpu * 100:.1f}% of a core, {steady_tx:,.0f} transactions/s (writer's "
             f"included), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, missing "
-            f"{run.missing} (load {run.load_avg:.2f})",
+            f"{run.missing} (load {run.load_avg:.2f}); {steady_counts} (over the load's "
+            f"{took:.0f} s, the drain after it included)",
             flush=True,
         )
         return run
@@ -196,6 +231,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--writers", type=int, default=8, help="writer connections (pgbench)")
     p.add_argument("--keys", type=int, default=1000, help="distinct keys")
     p.add_argument("--partitions", type=int, default=6)
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for every relay, e.g. OUTBOX_PROBE_GATHER_S=0 (repeatable)",
+    )
     p.add_argument("--logdir", help="where the relays' logs go (default a /tmp folder)")
     args = p.parse_args(argv)
     args.writer, args.processes = "pgbench", 1  # what relay_latency.load reads

@@ -74,6 +74,22 @@ class ProbeSettings(SettingsGroup):
     idle_after_s: float = Field(
         default=1.0, ge=0, description="Quiet time after which the cycle slows down."
     )
+    gather_s: float = Field(
+        default=0.01,
+        ge=0,
+        le=1.0,
+        description="After a cycle that found fewer than gather_rows rows, the next one "
+        "starts this long after it began instead of interval_s: a trickle of a few events a "
+        "cycle then pays one claim, send and settle for more of them (adds at most "
+        "gather_s - interval_s to commit-to-ack; 0: off).",
+    )
+    gather_rows: int = Field(
+        default=32,
+        ge=1,
+        le=100_000,
+        description="A cycle that found at least this many rows is followed at "
+        "interval_s (or at once when a shard came back full).",
+    )
 
     @model_validator(mode="after")
     def _intervals(self) -> ProbeSettings:
@@ -395,6 +411,10 @@ class Lane:
                     continue
                 quiet = started - last_rows > probe.idle_after_s
                 interval = probe.idle_interval_s if quiet else probe.interval_s
+                if sent is not None and len(sent.rows) < probe.gather_rows:
+                    # Few rows a cycle: each costs a claim, a produce request and a
+                    # settle whatever it carries, so let the next one gather more.
+                    interval = max(interval, probe.gather_s)
                 await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)), self._wake)
         finally:
             with contextlib.suppress(Exception):
