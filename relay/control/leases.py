@@ -119,12 +119,12 @@ async def heartbeat(
     active_replicas: int = 0,
 ) -> LeaseChanges:
     """One round against the store; `held` is not modified (the caller applies changes).
-    A standby holding nothing runs two statements (lease_renew is skipped without leases)."""
+    A standby holding nothing runs two statements: no lease to renew, none to take."""
     changes = LeaseChanges()
     await store.replica_heartbeat(me, ttl_s)
     roster = await store.replica_roster()
     changes.replicas = [name for name, _ in roster]
-    renewed = await store.lease_renew(me, held, ttl_s)
+    renewed = await store.lease_renew(me, held, ttl_s) if held else set()
     changes.lost = set(held) - renewed
     if not accepting:
         return changes
