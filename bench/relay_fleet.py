@@ -195,7 +195,7 @@ async def run(args: argparse.Namespace) -> int:
     base = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     logdir = Path(args.logdir or f"/tmp/relay-fleet-{uuid.uuid4().hex[:8]}")
-    logdir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
     runs = [await one_fleet(args, base, bootstrap, size, logdir) for size in args.fleets]
     first = runs[0]
     print()
