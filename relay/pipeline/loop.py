@@ -8,7 +8,9 @@ new rows in three round trips (claim, send, settle), where a task per shard paid
 per shard. An empty claim is the probe: while rows come a cycle starts every
 probe_interval_s, at once after a shard came back full, and every probe_idle_interval_s
 once nothing was found for probe_idle_after_s (ProbeSettings); a NOTIFY hint wakes it
-early. Rows held back behind a failing row of their key are not claimed at all (the
+early. After a cycle that found only a few rows the next waits probe_gather_s, so a
+trickle pays fewer claims and settles per event. A lane without shards (a standby,
+active_replicas) does not cycle at all until a lease round hands it one. Rows held back behind a failing row of their key are not claimed at all (the
 claim's NOT EXISTS), so nothing spins on them.
 
 With fair turns and tenant_bulk_rows, the pipeline runs two lanes over the same shards,
@@ -42,11 +44,11 @@ from relay.transport.errors import PublishFailed, TransportUnavailable
 from relay.transport.protocol import Publisher
 
 log = logging.getLogger("relay.cycle")
+producer_log = logging.getLogger("relay.producer")
 
 # A lane without shards only wakes to see whether it has been handed one, which
 # Pipeline.start also tells it at once: this is a backstop, not a poll of the database.
 NO_SHARD_WAIT_S = 1.0
-producer_log = logging.getLogger("relay.producer")
 
 
 class ProbeSettings(SettingsGroup):
