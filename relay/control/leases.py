@@ -157,6 +157,8 @@ class LeaseKeeper:
         self._pipeline = pipeline
         self._observer = observer
         self._sup = supervisor
+        # Set by each lease round: this replica holds no shard by active_replicas.
+        self.standing_by = False
 
     async def run_once(self) -> LeaseChanges | None:
         """One round, applied; None when the database did not answer."""
@@ -176,6 +178,7 @@ class LeaseKeeper:
             log.warning("lease heartbeat failed", extra={"error": str(exc)})
             return None
         self._sup.tick()
+        self.standing_by = not changes.active
         for shard in changes.lost:
             self._observer.lease_lost()
             log.warning("lease lost; no more claims for the shard", extra={"shard": shard})

@@ -30,7 +30,8 @@ SHARD_COUNT = 16  # what the migrations record
 def counted_store(settings: Any, calls: Counter[str]) -> Store:
     """The relay's own store, each of its statements' methods counted as it is called."""
     store = make_store(settings.database)
-    for name in ("claim", "settle", "lease_acquire", "lease_renew", "replica_heartbeat"):
+    names = ("claim", "settle", "lease_acquire", "lease_renew", "replica_heartbeat")
+    for name in (*names, "purge", "backlog"):
         method: Callable[..., Awaitable[Any]] = getattr(store, name)
 
         async def counted(*a: Any, _name: str = name, _m: Any = method, **kw: Any) -> Any:
@@ -52,7 +53,12 @@ async def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -
 async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: str) -> None:
     backend: Backend = postgres_backend(pg_url)
     backend.migrate()
-    fleet = {"active_replicas": 1, "probe_idle_after_s": 0.2}
+    fleet = {
+        "active_replicas": 1,
+        "probe_idle_after_s": 0.2,
+        "gauges_interval_s": 0.2,
+        "purge_interval_s": 0.2,
+    }
     first = relay_settings(backend, "127.0.0.1:9092", replica_id="relay-a", **fleet)
     second = relay_settings(backend, "127.0.0.1:9092", replica_id="relay-b", **fleet)
     calls: Counter[str] = Counter()
@@ -64,6 +70,10 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
         store = counted_store(second, calls)
         async with running_relay(second, store=store, publisher=MemoryPublisher()) as standby:
             await until(lambda: standby.stats.heartbeats >= 4, "the standby's heartbeats")
+            # The fleet-wide rounds (gauges, purge) ran at most once, before the standby's
+            # first lease round told it it stands by.
+            fleet_rounds = (calls["backlog"], calls["purge"])
+            assert max(fleet_rounds) <= 1, calls
             emit(backend, *(event(f"k{i}") for i in range(50)))
             await wait_drained(backend, 30)
             await until(lambda: standby.stats.heartbeats >= 8, "more heartbeats")
@@ -73,6 +83,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             assert calls["claim"] == calls["settle"] == calls["lease_acquire"] == 0, calls
             assert calls["lease_renew"] == 0, calls
             assert calls["replica_heartbeat"] >= 8
+            assert (calls["backlog"], calls["purge"]) == fleet_rounds, calls
             assert (standby.stats.probes, standby.stats.claims, standby.stats.settles) == (0, 0, 0)
             assert active.stats.published == 50
             assert active.stats.probes > 0
@@ -83,6 +94,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             emit(backend, *(event(f"later{i}") for i in range(20)))
             await wait_drained(backend, 30)
             assert standby.stats.published == 20
+            await until(lambda: calls["backlog"] > fleet_rounds[0], "the active's gauges")
             assert calls["claim"] > 0
             assert calls["settle"] > 0
     finally:
