@@ -99,13 +99,18 @@ class RelayService:
             observer=self.observer,
             supervisor=sup,
         )
-        self.purger = Purger(s.purge, store=store, supervisor=sup)
+
+        def standby() -> bool:
+            return self.leases.standing_by
+
+        self.purger = Purger(s.purge, store=store, supervisor=sup, standing_by=standby)
         self.gauges = Gauges(
             s.gauges,
             shard_count=s.shard_count or 0,
             store=store,
             observer=self.observer,
             supervisor=sup,
+            standing_by=standby,
         )
         self.ops: OpsServer | None = None
         self.observer.metrics.ready.set_function(lambda: float(self.readyz().ok))

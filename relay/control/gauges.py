@@ -9,6 +9,7 @@ the next refresh (observer.py)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import ClassVar
 
 from pydantic import Field
@@ -49,8 +50,13 @@ class Gauges:
         store: Store,
         observer: RelayObserver,
         supervisor: Supervisor,
+        standing_by: Callable[[], bool] = lambda: False,
     ) -> None:
         self.settings = settings
+        # The backlog is the fleet's, the same from every replica: a standby leaves it to
+        # the active ones (dashboards take the maximum per job). Before its first lease
+        # round, and while the transport is away at start-up, a replica is no standby.
+        self._standing_by = standing_by
         # The database's, set again by the service once start-up has read it.
         self.shard_count = shard_count
         self._store = store
@@ -69,10 +75,14 @@ class Gauges:
         def failed(exc: Exception) -> None:
             log.debug("gauge refresh failed", extra={"error": str(exc)})
 
+        async def refresh() -> None:
+            if not self._standing_by():
+                await self.run_once()
+
         await every(
             self._sup,
             self.settings.interval_s,
-            self.run_once,
+            refresh,
             failed=failed,
             errors=(StoreUnavailable,),
         )

@@ -1,8 +1,14 @@
-"""Who works which shard: a fair split among live replicas, held through fenced leases.
+"""Who works which shard: a fair split among the active replicas, held through fenced
+leases.
 
 `LeaseKeeper.run_once` is one heartbeat round: announce this replica, renew what it holds,
 and work out what to take or give; it applies the changes to the pipeline (pipeline/loop.py) and
 returns them. `run` calls it every heartbeat_interval_s.
+
+With active_replicas set, only that many live replicas hold shards (those already holding
+leases first, so a replica joining moves nothing); the others are standbys: they hold no
+shard, so they never probe or claim, and their only statements are the heartbeat's two
+(announce, read the roster), which is what lets them take over within the lease TTL.
 """
 
 from __future__ import annotations
@@ -39,6 +45,15 @@ class LeaseSettings(SettingsGroup):
     heartbeat_interval_s: float = Field(
         default=2.0, gt=0, description="How often leases and membership are renewed."
     )
+    active_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=10_000,
+        description="How many live replicas hold shards; the others stand by (a heartbeat "
+        "only: no probe, no claim) and take over within lease_ttl_s when an active one goes. "
+        "1 makes a fleet of sidecars cost the database what one relay costs. 0: every live "
+        "replica holds shards.",
+    )
     replica_id: str = Field(
         default_factory=default_replica_id,
         min_length=1,
@@ -67,12 +82,30 @@ def fair_share(me: str, live: Sequence[str], shard_count: int) -> set[int]:
     return {s for s in range(shard_count) if s % n == index}
 
 
+def active_set(
+    me: str, roster: Sequence[tuple[str, bool]], me_holds: bool, limit: int
+) -> list[str]:
+    """The replicas that hold shards, sorted: at most `limit` (0: all) of the live ones,
+    those holding a lease first, then by name.
+
+    Every replica computes the same set from the same roster. Holders first means a
+    replica that joins (a new pod, a rolling restart) never takes shards from one that
+    works them; when an active replica goes, its leases and membership expire together
+    and the next standby by name steps in.
+    """
+    holds = dict(roster)
+    holds[me] = holds.get(me, False) or me_holds
+    ranked = sorted(holds, key=lambda name: (not holds[name], name))
+    return sorted(ranked if limit == 0 else ranked[:limit])
+
+
 @dataclass
 class LeaseChanges:
     acquired: dict[int, int] = field(default_factory=dict)  # shard -> token
     lost: set[int] = field(default_factory=set)
     to_release: set[int] = field(default_factory=set)
     replicas: list[str] = field(default_factory=list)
+    active: bool = True  # this replica is among those holding shards
 
 
 async def heartbeat(
@@ -83,16 +116,21 @@ async def heartbeat(
     shard_count: int,
     ttl_s: float,
     accepting: bool,
+    active_replicas: int = 0,
 ) -> LeaseChanges:
-    """One round against the store; `held` is not modified (the caller applies changes)."""
+    """One round against the store; `held` is not modified (the caller applies changes).
+    A standby holding nothing runs two statements: no lease to renew, none to take."""
     changes = LeaseChanges()
     await store.replica_heartbeat(me, ttl_s)
-    changes.replicas = await store.replica_list_live()
-    renewed = await store.lease_renew(me, held, ttl_s)
+    roster = await store.replica_roster()
+    changes.replicas = [name for name, _ in roster]
+    renewed = await store.lease_renew(me, held, ttl_s) if held else set()
     changes.lost = set(held) - renewed
     if not accepting:
         return changes
-    wanted = fair_share(me, changes.replicas, shard_count)
+    active = active_set(me, roster, bool(renewed), active_replicas)
+    changes.active = me in active
+    wanted = fair_share(me, active, shard_count) if changes.active else set()
     changes.to_release = (set(held) - changes.lost) - wanted
     for shard in sorted(wanted - set(held)):
         token = await store.lease_acquire(shard, me, ttl_s)
@@ -119,6 +157,8 @@ class LeaseKeeper:
         self._pipeline = pipeline
         self._observer = observer
         self._sup = supervisor
+        # Set by each lease round: this replica holds no shard by active_replicas.
+        self.standing_by = False
 
     async def run_once(self) -> LeaseChanges | None:
         """One round, applied; None when the database did not answer."""
@@ -131,12 +171,14 @@ class LeaseKeeper:
                 shard_count=self.shard_count,
                 ttl_s=s.lease_ttl_s,
                 accepting=not self._sup.stopping.is_set(),
+                active_replicas=s.active_replicas,
             )
         except StoreUnavailable as exc:
             self._observer.store_error()
             log.warning("lease heartbeat failed", extra={"error": str(exc)})
             return None
         self._sup.tick()
+        self.standing_by = not changes.active
         for shard in changes.lost:
             self._observer.lease_lost()
             log.warning("lease lost; no more claims for the shard", extra={"shard": shard})
@@ -148,7 +190,9 @@ class LeaseKeeper:
                 self._observer.takeover()
             log.info("lease acquired", extra={"shard": shard, "token": token})
             self._pipeline.start(shard, token)
-        self._observer.lease_round(len(changes.replicas), len(self._pipeline.held))
+        self._observer.lease_round(
+            len(changes.replicas), len(self._pipeline.held), active=changes.active
+        )
         return changes
 
     async def run(self) -> None:

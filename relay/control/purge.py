@@ -4,6 +4,7 @@ batches, so no statement holds many row locks for long. `run_once` is one round.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import Field
@@ -40,16 +41,25 @@ class PurgeSettings(SettingsGroup):
 
 
 class Purger:
-    def __init__(self, settings: PurgeSettings, *, store: Store, supervisor: Supervisor) -> None:
+    def __init__(
+        self,
+        settings: PurgeSettings,
+        *,
+        store: Store,
+        supervisor: Supervisor,
+        standing_by: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.settings = settings
         self._store = store
         self._sup = supervisor
+        # A standby leaves the fleet-wide purge to the active replicas.
+        self._standing_by = standing_by
 
     async def run_once(self) -> int:
         """Purge until a batch comes back short (or stopping); returns the rows removed."""
         s = self.settings
         total = 0
-        while not self._sup.stopping.is_set():
+        while not self._sup.stopping.is_set() and not self._standing_by():
             removed = await self._store.purge(
                 s.retention_period_s if s.keep else 0.0,
                 s.idempotency_retention_s,

@@ -141,6 +141,34 @@ class RelayMetrics:
             "Age of the oldest unpublished pending row (refreshed periodically).",
             registry=r,
         )
+        # What this replica costs its database, statement by statement: a fleet's sum is
+        # the fleet's cost (a standby shows heartbeats only).
+        self.probes = Counter(
+            "outbox_relay_probes",
+            "Claims that found nothing (the probe): one statement each.",
+            registry=r,
+        )
+        self.claims = Counter(
+            "outbox_relay_claims", "Claims that returned rows: one statement each.", registry=r
+        )
+        self.settles = Counter(
+            "outbox_relay_settles",
+            "Settles of a claimed batch (mark published, record failures): one statement "
+            "each on Postgres.",
+            registry=r,
+        )
+        self.heartbeats = Counter(
+            "outbox_relay_heartbeats",
+            "Lease rounds that reached the database: two statements each, three while "
+            "holding leases, plus one per lease taken.",
+            registry=r,
+        )
+        self.active = Gauge(
+            "outbox_relay_active",
+            "1 while this replica is among those that hold shards (active_replicas), 0 while "
+            "it stands by.",
+            registry=r,
+        )
         self.replicas = Gauge("outbox_relay_replicas_live", "Live relay replicas seen.", registry=r)
         self.ready = Gauge(
             "outbox_relay_ready",

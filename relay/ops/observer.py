@@ -32,6 +32,10 @@ class RelayStats:
     producer_recreations: int = 0
     transport_outages: int = 0
     store_errors: int = 0
+    probes: int = 0  # claims that found nothing
+    claims: int = 0  # claims that returned rows
+    settles: int = 0
+    heartbeats: int = 0
     last_heartbeat_ok: float = 0.0  # monotonic time of the last successful lease round
     transport: str = "kafka"  # the configured transport: kafka or redis
     transport_ok: bool = False  # the producer started and the last batch reached the transport
@@ -107,10 +111,26 @@ class RelayObserver:
     def store_error(self) -> None:
         self.stats.store_errors += 1
 
-    def lease_round(self, replicas: int, held: int) -> None:
+    def lease_round(self, replicas: int, held: int, *, active: bool = True) -> None:
         self.stats.last_heartbeat_ok = time.monotonic()
+        self.stats.heartbeats += 1
+        self.metrics.heartbeats.inc()
         self.metrics.replicas.set(replicas)
         self.metrics.leases_held.set(held)
+        self.metrics.active.set(1.0 if active else 0.0)
+
+    def claimed(self, rows: int) -> None:
+        """A claim statement ran: rows 0 is a probe."""
+        if rows:
+            self.stats.claims += 1
+            self.metrics.claims.inc()
+        else:
+            self.stats.probes += 1
+            self.metrics.probes.inc()
+
+    def settled(self) -> None:
+        self.stats.settles += 1
+        self.metrics.settles.inc()
 
     def lease_lost(self) -> None:
         self.stats.lease_losses += 1

@@ -8,7 +8,9 @@ new rows in three round trips (claim, send, settle), where a task per shard paid
 per shard. An empty claim is the probe: while rows come a cycle starts every
 probe_interval_s, at once after a shard came back full, and every probe_idle_interval_s
 once nothing was found for probe_idle_after_s (ProbeSettings); a NOTIFY hint wakes it
-early. Rows held back behind a failing row of their key are not claimed at all (the
+early. After a cycle that found only a few rows the next waits probe_gather_s, so a
+trickle pays fewer claims and settles per event. A lane without shards (a standby,
+active_replicas) does not cycle at all until a lease round hands it one. Rows held back behind a failing row of their key are not claimed at all (the
 claim's NOT EXISTS), so nothing spins on them.
 
 With fair turns and tenant_bulk_rows, the pipeline runs two lanes over the same shards,
@@ -44,6 +46,10 @@ from relay.transport.protocol import Publisher
 log = logging.getLogger("relay.cycle")
 producer_log = logging.getLogger("relay.producer")
 
+# A lane without shards only wakes to see whether it has been handed one, which
+# Pipeline.start also tells it at once: this is a backstop, not a poll of the database.
+NO_SHARD_WAIT_S = 1.0
+
 
 class ProbeSettings(SettingsGroup):
     """How soon the relay looks for new rows: the probe, an empty claim over every held
@@ -69,6 +75,22 @@ class ProbeSettings(SettingsGroup):
     )
     idle_after_s: float = Field(
         default=1.0, ge=0, description="Quiet time after which the cycle slows down."
+    )
+    gather_s: float = Field(
+        default=0.01,
+        ge=0,
+        le=1.0,
+        description="After a cycle that found fewer than gather_rows rows, the next one "
+        "starts this long after it began instead of interval_s: a trickle of a few events a "
+        "cycle then pays one claim, send and settle for more of them (adds at most "
+        "gather_s - interval_s to commit-to-ack; 0: off).",
+    )
+    gather_rows: int = Field(
+        default=32,
+        ge=1,
+        le=100_000,
+        description="A cycle that found at least this many rows is followed at "
+        "interval_s (or at once when a shard came back full).",
     )
 
     @model_validator(mode="after")
@@ -317,6 +339,7 @@ class Lane:
             return None
         generation = self._publisher.generation
         sent = await self.step.send(tokens, rules)
+        self._observer.claimed(0 if sent is None else len(sent.rows))
         number = self.step.begun
         if self._tenants is not None:
             self._tenants.claimed(self._lane, number, sent.rows if sent is not None else [])
@@ -330,6 +353,7 @@ class Lane:
 
     async def _settled(self, sent: Sent, outcome: BatchOutcome | None) -> None:
         """The step's settle of `sent` ended (outcome None: it failed)."""
+        self._observer.settled()
         await self._mark_done(sent.number)
         if outcome is None:
             self._observer.store_error()
@@ -411,8 +435,17 @@ class Lane:
                     last_rows = started
                     if sent.full:
                         continue
+                elif not self._shards.claimed:
+                    # No shard (a standby, or between leases): nothing to probe. The
+                    # lease round that brings a shard wakes the lane (Pipeline.start).
+                    await self._sup.sleep(NO_SHARD_WAIT_S, self._wake)
+                    continue
                 quiet = started - last_rows > probe.idle_after_s
                 interval = probe.idle_interval_s if quiet else probe.interval_s
+                if sent is not None and len(sent.rows) < probe.gather_rows:
+                    # Few rows a cycle: each costs a claim, a produce request and a
+                    # settle whatever it carries, so let the next one gather more.
+                    interval = max(interval, probe.gather_s)
                 await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)), self._wake)
         finally:
             with contextlib.suppress(Exception):

@@ -192,6 +192,10 @@ class Store(Protocol):
 
     async def replica_list_live(self) -> list[str]: ...
 
+    async def replica_roster(self) -> list[tuple[str, bool]]:
+        """The live replicas by name, each with whether it holds a live lease."""
+        ...
+
     async def replica_remove(self, owner: str) -> None: ...
 
     async def purge(

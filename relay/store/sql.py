@@ -277,6 +277,10 @@ class SqlStore:
         rows = await self._run(Statement("replica_list_live"), control=True)
         return [str(r[0]) for r in rows]
 
+    async def replica_roster(self) -> list[tuple[str, bool]]:
+        rows = await self._run(Statement("replica_roster"), control=True)
+        return [(str(r[0]), bool(r[1])) for r in rows]
+
     # ---------------------------------------------------------------- writes
 
     async def settle(self, request: SettleRequest) -> Settled:

@@ -736,3 +736,75 @@ async def test_sqlite_refuses_a_second_relay_while_the_first_delivers(
     assert verdict.unexpected(all_ids) == set()
     assert verdict.order_violations == []
     assert verdict.duplicates == 0
+
+
+# --------------------------------------------------------------------------- standbys
+
+
+def sole_owner(backend: Backend, shard_count: int = 16) -> str | None:
+    """The one replica holding every shard's live lease, if one does."""
+    split = leases(backend).split()
+    owner = next(iter(split)) if len(split) == 1 else None
+    return owner if owner is not None and split[owner] == shard_count else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_sigkill_of_the_active_replica_hands_over_to_a_standby(
+    pg: Backend,
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    fleet: RelayFleet,
+    full_size: bool,
+) -> None:
+    """active_replicas=1 and two standbys under load: the active replica (the only one that
+    probes, claims and settles) is SIGKILLed again and again. A standby takes every shard
+    once the leases expire and delivers what was committed meanwhile; nothing is lost,
+    per-key order holds, and no standby ever settled a row before it became active."""
+    kills = 12 if full_size else 3
+    topic = await new_topic("standby", partitions=3)
+    names = iter(f"s{i:02d}" for i in range(100))
+
+    async def start() -> str:
+        name = next(names)
+        proc = fleet.start(
+            name,
+            named_relay_env(pg, kafka_bootstrap, name, active_replicas=1, lease_ttl_s=2.0),
+        )
+        await until(lambda: "relay started" in proc.log(), 60, f"{name} to start")
+        return name
+
+    actives: list[str] = []
+    with Writers(pg, topic, threads=2, keys=100, seed=29, pause_between_s=0.02) as writers:
+        for _ in range(3):
+            await start()
+        for i in range(kills + 1):
+            # The killed one's leases expire first (lease_ttl_s): then one standby takes all.
+            active = await until(
+                lambda: (owner := sole_owner(pg)) not in actives and owner,
+                60,
+                "a new replica holding every shard",
+            )
+            actives.append(active)
+            before = settled_by(pg).get(active, 0)
+            # Delivery resumed: the new active replica publishes what is committed now.
+            await until(
+                lambda a=active, b=before: settled_by(pg).get(a, 0) > b + 50,  # type: ignore[misc]
+                60,
+                f"{active} to publish",
+            )
+            # Standbys issue no settle: only replicas that have been active did.
+            assert set(settled_by(pg)) <= set(actives), (settled_by(pg), actives)
+            if i == kills:
+                break
+            assert fleet.procs[active].kill() == -signal.SIGKILL
+            await start()  # the fleet keeps its size: a new standby
+        log = writers.stop()
+    await wait_drained(pg, 120)
+    stop_all(fleet)
+
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert len(log.committed) > 500, "too little traffic to prove anything"
+    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    assert set(settled_by(pg)) == set(actives), (settled_by(pg), actives)
+    print(f"actives {actives}; committed {len(log.committed)}; duplicates {verdict.duplicates}")

@@ -455,6 +455,28 @@ async def test_replicas_heartbeat_expire_and_leave(backend: Backend, store: Stor
     assert await store.replica_list_live() == ["relay-a", "relay-c"]
 
 
+async def test_the_roster_says_which_live_replicas_hold_a_live_lease(
+    backend: Backend, store: Store
+) -> None:
+    for owner in ("relay-b", "relay-a", "relay-c"):
+        await store.replica_heartbeat(owner, 30.0)
+    assert await store.lease_acquire(SHARD, "relay-b", 30.0) is not None
+    assert await store.lease_acquire(SHARD + 1, "relay-c", TTL) is not None
+    assert await store.replica_roster() == [
+        ("relay-a", False),
+        ("relay-b", True),
+        ("relay-c", True),
+    ]
+    await asyncio.sleep(PAST_TTL)  # relay-c's lease expired: it holds nothing live
+    assert await store.replica_roster() == [
+        ("relay-a", False),
+        ("relay-b", True),
+        ("relay-c", False),
+    ]
+    await store.replica_remove("relay-b")  # a lease without a live replica is no entry
+    assert [name for name, _ in await store.replica_roster()] == ["relay-a", "relay-c"]
+
+
 # ---------------------------------------------------------------------------- purge
 
 

@@ -13,7 +13,7 @@ import pytest
 from aiokafka import errors as kafka_errors
 
 from relay.config import RelaySettings, load_settings, unknown_env_names
-from relay.control.leases import fair_share
+from relay.control.leases import active_set, fair_share
 from relay.errors import RelayConfigError
 from relay.ops.observer import MAX_TOPIC_LABELS, RelayObserver
 from relay.pipeline.step import BatchOutcome, BatchSettings, _failure, backoff_s
@@ -63,6 +63,31 @@ def test_fair_share_counts_me_even_before_my_heartbeat_is_visible() -> None:
         3,
     }
     assert fair_share("relay-new", [], 4) == {0, 1, 2, 3}
+
+
+# ---------------------------------------------------------------------------- active_set
+
+
+def test_active_set_keeps_the_replicas_that_hold_leases_when_one_joins() -> None:
+    # "relay-a" joins a fleet whose one active replica is "relay-z": nothing moves.
+    roster = [("relay-a", False), ("relay-m", False), ("relay-z", True)]
+    for me in ("relay-a", "relay-m", "relay-z"):
+        assert active_set(me, roster, me == "relay-z", 1) == ["relay-z"]
+    assert active_set("relay-a", roster, False, 2) == ["relay-a", "relay-z"]
+
+
+def test_active_set_picks_by_name_when_nobody_holds_and_all_when_unlimited() -> None:
+    roster = [("relay-b", False), ("relay-c", False)]
+    assert active_set("relay-c", roster, False, 1) == ["relay-b"]
+    assert active_set("relay-a", roster, False, 1) == ["relay-a"]  # me, before my heartbeat shows
+    assert active_set("relay-c", roster, False, 0) == ["relay-b", "relay-c"]
+    assert active_set("relay-c", roster, False, 5) == ["relay-b", "relay-c"]
+
+
+def test_active_set_trims_a_transient_surplus_of_holders_the_same_way_everywhere() -> None:
+    # Two replicas both hold leases for a moment (a takeover in progress), one may stay.
+    roster = [("relay-b", True), ("relay-c", True), ("relay-d", False)]
+    assert {tuple(active_set(me, roster, me != "relay-d", 1)) for me, _ in roster} == {("relay-b",)}
 
 
 # ---------------------------------------------------------------------------- settings

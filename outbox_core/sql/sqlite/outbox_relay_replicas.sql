@@ -8,6 +8,16 @@ ON CONFLICT (owner) DO UPDATE SET seen_until = excluded.seen_until;
 -- name: replica_list_live
 SELECT owner FROM outbox_relay_replicas WHERE seen_until > strftime('%Y-%m-%dT%H:%M:%fZ', 'now') ORDER BY owner;
 
+-- name: replica_roster
+-- The live replicas and whether each holds a live lease (see the Postgres dialect).
+SELECT r.owner,
+       EXISTS (SELECT 1 FROM outbox_relay_leases l
+               WHERE l.owner = r.owner
+                 AND l.lease_until > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) AS holds
+FROM outbox_relay_replicas r
+WHERE r.seen_until > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+ORDER BY r.owner;
+
 -- name: replica_remove
 DELETE FROM outbox_relay_replicas WHERE owner = :owner;
 
