@@ -101,7 +101,7 @@ def write_template(url: str, events: int, keys: int, seed: int) -> None:
 
 
 def explain_claim(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[int, float]:
-    params = {"shards": list(range(16)), "limit": 500, "in_flight": []}
+    params = {"shards": list(range(16)), "floors": [0] * 16, "limit": 500, "in_flight": []}
     row = conn.execute(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("postgres", "outbox_claim_batch"),
         params,

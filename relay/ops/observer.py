@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 from relay.ops.metrics import RelayMetrics
 from relay.pipeline.step import BatchOutcome
-from relay.store import Backlog, TenantBacklog
+from relay.store import Backlog, HorizonHolder, TenantBacklog
 
 # Labels of the per-tenant gauges besides the tenants' names. A tenant of the same name
 # shares its label with them (its rows are added in).
 UNTENANTED = "none"
 OTHER_TENANTS = "other"
+HORIZON_KINDS = ("transaction", "snapshot", "replication_slot", "prepared_xact")
 
 
 @dataclass
@@ -93,6 +94,15 @@ class RelayObserver:
         self.metrics.pending.set(backlog.pending)
         self.metrics.parked_rows.set(backlog.parked)
         self.metrics.oldest_pending_age.set(backlog.oldest_pending_age_s)
+
+    def horizon(self, holders: list[HorizonHolder]) -> None:
+        """Every kind is set on each look (0: none open), so an alert sees it clear."""
+        by_kind: dict[str, HorizonHolder] = {h.kind: h for h in holders}
+        m = self.metrics
+        for kind in HORIZON_KINDS:
+            h = by_kind.get(kind)
+            m.horizon_age.labels(kind=kind).set(0.0 if h is None else h.age_s or 0.0)
+            m.horizon_xid_age.labels(kind=kind).set(0 if h is None else h.xid_age)
 
     def tenant_backlog(self, rows: list[TenantBacklog]) -> None:
         """Set the per-tenant gauges to this refresh's top tenants and "other", and remove

@@ -48,7 +48,13 @@ def claim_plan(
     name: str = "outbox_claim_batch",
     **extra: Any,
 ) -> list[dict[str, Any]]:
-    params = {"shards": list(range(16)), "limit": 500, "in_flight": in_flight, **extra}
+    params = {
+        "shards": list(range(16)),
+        "floors": [0] * 16,
+        "limit": 500,
+        "in_flight": in_flight,
+        **extra,
+    }
     return explain(url, options, name, params)
 
 

@@ -1,0 +1,126 @@
+"""Claim floors: per shard, an id at or below which every row is published, so a claim
+starts its walk of the shard's unpublished rows above it. Postgres only; `run_once` is
+one round.
+
+Why: a snapshot older than the published rows (a long report, an `idle in transaction`
+session, a replication slot) keeps vacuum from removing their index entries; a claim
+that starts at the bottom of the shard steps over every one of them, so its cost grew
+with the rows published since that snapshot (docs/benchmarks.md, "old snapshots").
+
+Why a floor is safe although transactions commit out of id order (docs/design.md,
+"Claim floors"): a round first reads the last id drawn from the sequence (the mark),
+then lists the transactions that hold outbox_events for writing. An INSERT locks the
+table before it draws its id and keeps the lock until it ends, and the sequence hands
+out ids in order (cache 1, checked), so every id at or below the mark belongs to a
+transaction that had ended or was listed. Once every listed one has ended, a statement
+started afterwards sees every row at or below the mark that will ever exist; a floor
+below both the mark and the shard's lowest unpublished id then hides nothing a claim
+could take. The one way back below a floor is an operator replay (a published row made
+pending again): every rescan_s a round looks for the lowest unpublished id from the
+bottom, so a replayed row waits at most that long.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import ClassVar
+
+from pydantic import Field
+
+from outbox_core.periodic import every
+from outbox_core.settings import SettingsGroup
+from outbox_core.supervisor import Supervisor
+from relay.errors import StoreUnavailable
+from relay.store import FloorMark, Store
+
+log = logging.getLogger("relay.floors")
+
+
+class FloorSettings(SettingsGroup):
+    env_infix: ClassVar[str] = "claim_floor_"
+
+    interval_s: float = Field(
+        default=0.1,
+        ge=0.01,
+        description="Time between claim floor rounds (Postgres): how far behind the "
+        "published rows the floors are, so how many dead index entries a claim may still "
+        "step over while an old snapshot is open.",
+    )
+    rescan_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often a floor round looks for unpublished rows from the bottom of "
+        "each shard: the longest a replayed row (outbox-relay replay) waits to go out.",
+    )
+
+
+class ClaimFloors:
+    def __init__(
+        self,
+        settings: FloorSettings,
+        *,
+        shard_count: int,
+        store: Store,
+        supervisor: Supervisor,
+    ) -> None:
+        self.settings = settings
+        # The database's, set again by the service once start-up has read it.
+        self.shard_count = shard_count
+        self._store = store
+        self._sup = supervisor
+        self._mark: FloorMark | None = None
+        self._floors: dict[int, int] = {}
+        self._rescanned = time.monotonic()
+
+    @property
+    def floors(self) -> dict[int, int]:
+        """Every shard's floor (0 until a round has proven one)."""
+        return {s: self._floors.get(s, 0) for s in range(self.shard_count)}
+
+    async def run_once(self) -> bool:
+        """One round: when the writers of the last mark have all ended, move the floors up
+        to what it proves; then take a new mark. Returns whether the floors were set."""
+        moved = False
+        mark = self._mark
+        if mark is not None and await self._store.floor_writers_left(mark.writers) == 0:
+            await self._apply(mark)
+            moved = True
+        self._mark = await self._store.floor_mark()
+        return moved
+
+    async def _apply(self, mark: FloorMark) -> None:
+        shards = range(self.shard_count)
+        rescan = time.monotonic() - self._rescanned >= self.settings.rescan_s
+        base = {s: 0 if rescan else self._floors.get(s, 0) for s in shards}
+        lowest = await self._store.floor_lowest(base)
+        floors = {}
+        for shard in shards:
+            low = lowest.get(shard)
+            floors[shard] = max(
+                base[shard], mark.last_id if low is None else min(mark.last_id, low - 1)
+            )
+        self._floors = floors
+        self._store.set_claim_floors(floors)
+        if rescan:
+            self._rescanned = time.monotonic()
+
+    def forget(self) -> None:
+        """After a failed round: the next one starts over from a new mark."""
+        self._mark = None
+
+    async def run(self) -> None:
+        if self._store.dialect != "postgres":
+            return
+
+        def failed(exc: Exception) -> None:
+            self.forget()
+            log.debug("claim floor round failed", extra={"error": str(exc)})
+
+        await every(
+            self._sup,
+            self.settings.interval_s,
+            self.run_once,
+            failed=failed,
+            errors=(StoreUnavailable,),
+        )
