@@ -103,9 +103,11 @@ AND coalesce(e.tenant, '') = %(tenant)s
 unnest(%(shards)s::smallint[], %(floors)s::bigint[]) AS s(shard, floor)
 
 -- fragment: above_floor
--- Written as a row comparison so that it is a condition on outbox_events_unpublished_idx
--- (shard, id) and on nothing else: `e.id > s.floor` alone let the planner walk the
--- primary key from the floor over every shard's rows.
+-- Twice: `e.id > s.floor` is where the walk of outbox_events_unpublished_idx (shard, id)
+-- starts; alone, it let the planner walk the primary key from the floor over every
+-- shard's rows instead. The row comparison is a condition no index but (shard, id) ones
+-- can take, which keeps the plan on the unpublished rows.
+AND e.id > s.floor
 AND (e.shard, e.id) > (s.shard, s.floor)
 
 -- fragment: claim_per_shard(tenant, rule)
