@@ -130,11 +130,18 @@ async def drain_round(url: str, relay: Proc) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         ids = conn.execute(Q["bloat_load"]).fetchall()
         first_id = min(int(r[0]) for r in ids)
+        last_of_shard: dict[int, int] = {}
+        for row_id, shard in ids:
+            last_of_shard[int(shard)] = max(int(row_id), last_of_shard.get(int(shard), 0))
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while True:
-            row = conn.execute(Q["bloat_unpublished"]).fetchone()
-            if row is not None and int(row[0]) == 0:
-                break
+            row = conn.execute(
+                Q["bloat_last_published"], {"ids": list(last_of_shard.values())}
+            ).fetchone()
+            if row is not None and row[0]:
+                left = conn.execute(Q["bloat_unpublished"]).fetchone()
+                if left is not None and int(left[0]) == 0:
+                    break
             if not relay.alive():
                 raise RuntimeError(f"the relay exited:\n{relay.tail()}")
             if time.monotonic() > deadline:

@@ -293,9 +293,13 @@ class SqlStore:
         return [HorizonHolder.from_row(r) for r in _by_name(rows)]
 
     async def backlog(self, shard_count: int) -> Backlog:
-        rows = await self._run(
-            Statement("outbox_backlog", {"shard_count": shard_count}), control=True
-        )
+        shards = list(range(shard_count))
+        params = {
+            "shard_count": shard_count,  # SQLite
+            "shards": shards,
+            "floors": [self._floors.get(shard, 0) for shard in shards],
+        }
+        rows = await self._run(Statement("outbox_backlog", params), control=True)
         return Backlog.from_row(rows[0])
 
     async def backlog_by_tenant(self, top: int) -> list[TenantBacklog]:

@@ -260,19 +260,23 @@ RETURNING 1;
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
 
 -- name: outbox_backlog
--- For gauges and `status`. The counts walk only the partial index of unpublished rows;
--- the oldest pending row is found per shard through the same index, never by a scan.
+-- For gauges and `status`. The counts walk only the partial index of unpublished rows,
+-- each shard's from its claim floor (so not through the dead entries an old snapshot
+-- keeps); the oldest pending row is found per shard through the same index.
 SELECT
-    (SELECT count(*) FROM outbox_events
-     WHERE published_at IS NULL AND status = 'pending'),
-    (SELECT count(*) FROM outbox_events
-     WHERE published_at IS NULL AND status = 'parked'),
+    (SELECT count(*) FROM {{claim_shards}}
+     JOIN outbox_events e ON e.shard = s.shard {{above_floor}}
+     WHERE e.published_at IS NULL AND e.status = 'pending'),
+    (SELECT count(*) FROM {{claim_shards}}
+     JOIN outbox_events e ON e.shard = s.shard {{above_floor}}
+     WHERE e.published_at IS NULL AND e.status = 'parked'),
     (SELECT coalesce(extract(epoch FROM now() - min(o.created_at))::float8, 0)
      FROM outbox_events o
      WHERE o.id IN (
          SELECT (SELECT min(e.id) FROM outbox_events e
-                 WHERE e.shard = s AND e.published_at IS NULL AND e.status = 'pending')
-         FROM generate_series(0, %(shard_count)s - 1) AS s
+                 WHERE e.shard = s.shard {{above_floor}}
+                   AND e.published_at IS NULL AND e.status = 'pending')
+         FROM {{claim_shards}}
      ));
 
 -- name: outbox_backlog_by_tenant
