@@ -80,18 +80,33 @@ class ClaimFloors:
 
     async def run_once(self) -> bool:
         """One round: when the writers of the last mark have all ended, move the floors up
-        to what it proves; then take a new mark. Returns whether the floors were set."""
+        to what it proves; then take a new mark, unless every floor is already the last id
+        drawn (an idle outbox costs one statement a round). Returns whether the floors
+        were set."""
         moved = False
         mark = self._mark
         if mark is not None and await self._store.floor_writers_left(mark.writers) == 0:
             await self._apply(mark)
-            moved = True
-        self._mark = await self._store.floor_mark()
+            self._mark, moved = None, True
+        last = await self._store.floor_last_id()  # first: then the writers
+        if last is None:
+            self._mark = None
+            return moved
+        if self._mark is None and self._settled(last) and not self._rescan_due():
+            return moved  # every shard's floor is the last id drawn: nothing to move
+        self._mark = FloorMark(last, await self._store.floor_writers())
         return moved
+
+    def _settled(self, last: int) -> bool:
+        floors = self._floors
+        return len(floors) == self.shard_count and all(f == last for f in floors.values())
+
+    def _rescan_due(self) -> bool:
+        return time.monotonic() - self._rescanned >= self.settings.rescan_s
 
     async def _apply(self, mark: FloorMark) -> None:
         shards = range(self.shard_count)
-        rescan = time.monotonic() - self._rescanned >= self.settings.rescan_s
+        rescan = self._rescan_due()
         base = {s: 0 if rescan else self._floors.get(s, 0) for s in shards}
         lowest = await self._store.floor_lowest(base)
         floors = {}

@@ -225,9 +225,13 @@ class Store(Protocol):
         """From now on a claim of a shard skips ids at or below its floor (all published)."""
         ...
 
-    async def floor_mark(self) -> FloorMark | None:
-        """None where claims need no floor (SQLite) or none can be proven (a cached id
-        sequence)."""
+    async def floor_last_id(self) -> int | None:
+        """The last id drawn; None where claims need no floor (SQLite) or none can be
+        proven (a cached id sequence, or no id drawn yet)."""
+        ...
+
+    async def floor_writers(self) -> tuple[str, ...]:
+        """The transactions that hold outbox_events for writing now."""
         ...
 
     async def floor_writers_left(self, writers: Sequence[str]) -> int: ...

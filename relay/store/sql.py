@@ -27,7 +27,6 @@ from relay.store import (
     Backlog,
     ClaimedRow,
     ClaimRequest,
-    FloorMark,
     HorizonHolder,
     Lease,
     Policy,
@@ -263,15 +262,18 @@ class SqlStore:
     def set_claim_floors(self, floors: Mapping[int, int]) -> None:
         self._floors = dict(floors)
 
-    async def floor_mark(self) -> FloorMark | None:
+    async def floor_last_id(self) -> int | None:
         if self.dialect != "postgres":
             return None
         rows = await self._run(Statement("outbox_floor_mark", named=True), control=True)
         mark = _by_name(rows)[0]
         if mark["last_id"] is None or int(mark["cache"]) != 1:
             return None
+        return int(mark["last_id"])
+
+    async def floor_writers(self) -> tuple[str, ...]:
         found = await self._run(Statement("outbox_floor_writers"), control=True)
-        return FloorMark(int(mark["last_id"]), tuple(found[0][0]))
+        return tuple(found[0][0])
 
     async def floor_writers_left(self, writers: Sequence[str]) -> int:
         if not writers:

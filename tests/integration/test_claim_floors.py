@@ -181,7 +181,7 @@ async def test_a_cached_sequence_proves_nothing_and_moves_no_floor(
     pg.execute("outbox_sequence_cache")
     emit(pg, event(a))
     await publish_all(pg_store)
-    assert await pg_store.floor_mark() is None
+    assert await pg_store.floor_last_id() is None
     assert (await rounds(floors))[SHARD] == 0
 
 
