@@ -79,13 +79,17 @@ class ClaimFloors:
         return {s: self._floors.get(s, 0) for s in range(self.shard_count)}
 
     async def run_once(self) -> bool:
-        """One round: when the writers of the last mark have all ended, move the floors up
-        to what it proves; then take a new mark, unless every floor is already the last id
+        """One round: when the writers of the pending mark have all ended, move the floors
+        up to what it proves (else wait for them); then take a new mark, unless every floor is already the last id
         drawn (an idle outbox costs one statement a round). Returns whether the floors
         were set."""
         moved = False
         mark = self._mark
-        if mark is not None and await self._store.floor_writers_left(mark.writers) == 0:
+        if mark is not None:
+            if await self._store.floor_writers_left(mark.writers) > 0:
+                # Kept, not replaced by a new one: under a steady stream of writers a new
+                # mark's list would never be empty of open ones.
+                return False
             await self._apply(mark)
             self._mark, moved = None, True
         last = await self._store.floor_last_id()  # first: then the writers
@@ -115,6 +119,9 @@ class ClaimFloors:
             floors[shard] = max(
                 base[shard], mark.last_id if low is None else min(mark.last_id, low - 1)
             )
+        if not self._floors:
+            # Once per process: that claims skip published rows from here on.
+            log.info("claim floors set", extra={"lowest_floor": min(floors.values(), default=0)})
         self._floors = floors
         self._store.set_claim_floors(floors)
         if rescan:
