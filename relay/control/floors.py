@@ -80,9 +80,9 @@ class ClaimFloors:
 
     async def run_once(self) -> bool:
         """One round: when the writers of the pending mark have all ended, move the floors
-        up to what it proves (else wait for them); then take a new mark, unless every floor is already the last id
-        drawn (an idle outbox costs one statement a round). Returns whether the floors
-        were set."""
+        up to what it proves (else wait for them); then take a new mark, unless every
+        floor is already the last id drawn (an idle outbox costs one statement a round).
+        Returns whether the floors were set."""
         moved = False
         mark = self._mark
         if mark is not None:
