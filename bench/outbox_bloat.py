@@ -48,6 +48,8 @@ from producer_lib import Outbox, migrate  # noqa: E402
 
 Q = load_sql("outbox_bloat.sql")
 MODES = ("clean", "held")
+# With --baseline-tree, each mode also runs as "<mode>-base": the relay of that tree.
+BASE = "-base"
 TOPIC = "orders"
 EMIT_CHUNK = 1000
 DRAIN_TIMEOUT_S = 900.0
@@ -74,12 +76,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--modes", default=",".join(MODES), help="comma list of clean,held")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="a checkout of the baseline (git worktree add --detach DIR main): each mode runs "
+        "its relay too, as <mode>-base, and the report gives this tree's rate over its",
+    )
     args = p.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         p.error(f"--modes takes a comma list of {', '.join(MODES)}")
     if args.events < 1 or args.rounds < 1:
         p.error("--events and --rounds must be positive")
+    if args.baseline_tree is not None:
+        if not (args.baseline_tree / "relay" / "cli.py").is_file():
+            p.error(f"--baseline-tree {args.baseline_tree} holds no relay/cli.py")
+        modes = [m for mode in modes for m in (mode, mode + BASE)]
     args.modes = modes
     return args
 
@@ -103,6 +115,7 @@ def write_template(url: str, events: int, keys: int, seed: int) -> None:
 def explain_claim(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[int, float]:
     params = {
         "shards": list(range(16)),
+        "floors": [0] * 16,
         "limit": 500,
         "in_flight": [],
         "shard_bytes": 2**62,
@@ -124,11 +137,18 @@ async def drain_round(url: str, relay: Proc) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         ids = conn.execute(Q["bloat_load"]).fetchall()
         first_id = min(int(r[0]) for r in ids)
+        last_of_shard: dict[int, int] = {}
+        for row_id, shard in ids:
+            last_of_shard[int(shard)] = max(int(row_id), last_of_shard.get(int(shard), 0))
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while True:
-            row = conn.execute(Q["bloat_unpublished"]).fetchone()
-            if row is not None and int(row[0]) == 0:
-                break
+            row = conn.execute(
+                Q["bloat_last_published"], {"ids": list(last_of_shard.values())}
+            ).fetchone()
+            if row is not None and row[0]:
+                left = conn.execute(Q["bloat_unpublished"]).fetchone()
+                if left is not None and int(left[0]) == 0:
+                    break
             if not relay.alive():
                 raise RuntimeError(f"the relay exited:\n{relay.tail()}")
             if time.monotonic() > deadline:
@@ -143,7 +163,7 @@ async def drain_round(url: str, relay: Proc) -> float:
 async def run_mode(args: argparse.Namespace, name: str, logdir: Path) -> Mode:
     server = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    dbname = f"bench_bloat_{name}_{uuid.uuid4().hex[:8]}"
+    dbname = f"bench_bloat_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     prefix = f"{dbname}_"
     admin(server, "bench_database_create", dbname)
     url = with_database(server, dbname)
@@ -154,12 +174,17 @@ async def run_mode(args: argparse.Namespace, name: str, logdir: Path) -> Mode:
         migrate(url)
         write_template(url, args.events, args.keys, args.seed)
         await create_topic(bootstrap, prefix + TOPIC, args.partitions)
-        if name == "held":
+        if name.startswith("held"):
             holder = psycopg.connect(url)
             holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             holder.execute(Q["bloat_holder_read"]).fetchall()  # takes the snapshot; never ends
         cmd = [sys.executable, "-m", "relay.cli", "run"]
-        relay = launch(f"relay-{name}", cmd, relay_env(url, bootstrap, prefix), logdir)
+        env = relay_env(url, bootstrap, prefix)
+        tree = ROOT
+        if name.endswith(BASE):
+            tree = args.baseline_tree.resolve()
+            env["PYTHONPATH"] = str(tree)
+        relay = launch(f"relay-{name}", cmd, env, logdir, cwd=tree)
         for n in range(args.rounds):
             rate = await drain_round(url, relay)
             with psycopg.connect(url, autocommit=True) as conn:
@@ -207,6 +232,16 @@ def report(modes: list[Mode]) -> str:
             for h, c in zip(by_name["held"].rounds, by_name["clean"].rounds, strict=True)
         ]
         text += "\nheld / clean per round: " + ", ".join(f"{r:.2f}" for r in ratios) + "\n"
+    for name in MODES:
+        if name in by_name and name + BASE in by_name:
+            mine, base = by_name[name].rounds, by_name[name + BASE].rounds
+            ratios = [a.events_per_s / b.events_per_s for a, b in zip(mine, base, strict=True)]
+            total = sum(r.events_per_s for r in mine) / sum(r.events_per_s for r in base)
+            text += (
+                f"{name} / {name}{BASE} per round: "
+                + ", ".join(f"{r:.2f}" for r in ratios)
+                + f"; mean rate {total:.2f}\n"
+            )
     return text
 
 

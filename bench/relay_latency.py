@@ -325,50 +325,81 @@ async def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             seq += len(commit_at)
-        points: list[Point] = []
-        cpu_marks: list[float] = []  # the relay's CPU seconds as each load starts
-        for rate in args.rates:
-            commit_at, took = await asyncio.to_thread(
-                load,
-                args,
-                url,
-                rate,
-                seq,
-                False,
-                lambda: cpu_marks.append(cpu_seconds(pid) or 0.0),
-            )
-            got = await arrived(range(seq, seq + len(commit_at)), 120)
-            relay_cpu = ((cpu_seconds(pid) or 0.0) - cpu_marks[-1]) / len(commit_at)
-            wanted = range(seq, seq + len(commit_at))
-            counted_from = min(commit_at.values()) + args.warmup_s
-            lat = sorted(
-                (got[s] - at) * 1000
-                for s, at in commit_at.items()
-                if at >= counted_from and s in got
-            )
-            # The broker's append time (and Redis's entry id) is in whole milliseconds,
-            # truncated; Postgres's commit time in microseconds. An event appended within
-            # the millisecond of its commit can come out up to 1 ms below zero.
-            if lat and lat[0] < -1.0:
-                raise RuntimeError(f"an event appended before its commit ({lat[0]:.1f} ms)")
-            point = Point(
-                rate,
-                len(commit_at) / took,
-                len(lat),
-                sum(1 for s in wanted if s not in got),
-                percentile(lat, 0.5),
-                percentile(lat, 0.99),
-                lat[-1] if lat else float("nan"),
-            )
-            print(
-                f"offered {rate:,.0f}/s: committed {point.achieved:,.0f}/s, p50 "
-                f"{point.p50_ms:.1f} ms, p99 {point.p99_ms:.1f} ms, max {point.max_ms:.1f} ms, "
-                f"missing {point.missing}, relay CPU {relay_cpu * 1e6:.0f} us/event "
-                f"(load {os.getloadavg()[0]:.2f})",
-                flush=True,
-            )
-            points.append(point)
-            seq += len(commit_at)
+
+        async def measure(seq: int) -> tuple[list[Point], int]:
+            points: list[Point] = []
+            cpu_marks: list[float] = []  # the relay's CPU seconds as each load starts
+            for rate in args.rates:
+                commit_at, took = await asyncio.to_thread(
+                    load,
+                    args,
+                    url,
+                    rate,
+                    seq,
+                    False,
+                    lambda: cpu_marks.append(cpu_seconds(pid) or 0.0),
+                )
+                got = await arrived(range(seq, seq + len(commit_at)), 120)
+                relay_cpu = ((cpu_seconds(pid) or 0.0) - cpu_marks[-1]) / len(commit_at)
+                wanted = range(seq, seq + len(commit_at))
+                counted_from = min(commit_at.values()) + args.warmup_s
+                lat = sorted(
+                    (got[s] - at) * 1000
+                    for s, at in commit_at.items()
+                    if at >= counted_from and s in got
+                )
+                # The broker's append time (and Redis's entry id) is in whole milliseconds,
+                # truncated; Postgres's commit time in microseconds. An event appended within
+                # the millisecond of its commit can come out up to 1 ms below zero.
+                if lat and lat[0] < -1.0:
+                    raise RuntimeError(f"an event appended before its commit ({lat[0]:.1f} ms)")
+                point = Point(
+                    rate,
+                    len(commit_at) / took,
+                    len(lat),
+                    sum(1 for s in wanted if s not in got),
+                    percentile(lat, 0.5),
+                    percentile(lat, 0.99),
+                    lat[-1] if lat else float("nan"),
+                )
+                print(
+                    f"offered {rate:,.0f}/s: committed {point.achieved:,.0f}/s, p50 "
+                    f"{point.p50_ms:.1f} ms, p99 {point.p99_ms:.1f} ms, max {point.max_ms:.1f} ms, "
+                    f"missing {point.missing}, relay CPU {relay_cpu * 1e6:.0f} us/event "
+                    f"(load {os.getloadavg()[0]:.2f})",
+                    flush=True,
+                )
+                points.append(point)
+                seq += len(commit_at)
+            return points, seq
+
+        points, seq = await measure(seq)
+        held_points: list[Point] = []
+        if args.held_published:
+            # The same loads again, after held_published events went out while a
+            # REPEATABLE READ snapshot (on a table of its own) stayed open: every one of
+            # them left a dead row that vacuum may not remove.
+            holder = psycopg.connect(url)
+            holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(Q["latency_holder_create"])
+            holder.execute(Q["latency_holder_read"]).fetchall()
+            try:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    left = args.held_published
+                    while left > 0:
+                        n = min(left, 50_000)
+                        conn.execute(Q["latency_bulk_load"], {"n": n, "topic": TOPIC})
+                        left -= n
+                    while conn.execute(Q["latency_unpublished"]).fetchone() != (0,):
+                        if not relay.alive():
+                            raise RuntimeError(f"the relay exited:\n{relay.tail()}")
+                        # The count walks every dead entry: rarely, not to load the relay.
+                        await asyncio.sleep(3.0)
+                print(f"published {args.held_published:,} events under a held snapshot", flush=True)
+                held_points, seq = await measure(seq)
+            finally:
+                holder.close()
         print()
         print(
             "| offered events/s | committed events/s | p50 ms | p99 ms | max ms | measured | missing |"
@@ -378,6 +409,12 @@ async def run(args: argparse.Namespace) -> int:
             print(
                 f"| {p.offered:,.0f} | {p.achieved:,.0f} | {p.p50_ms:.1f} | {p.p99_ms:.1f} | "
                 f"{p.max_ms:.1f} | {p.measured:,} | {p.missing} |"
+            )
+        for clean, held in zip(points, held_points, strict=False):
+            print(
+                f"offered {clean.offered:,.0f}/s: p99 after {args.held_published:,} events "
+                f"under a held snapshot / p99 on the clean table: {held.p99_ms:.1f} / "
+                f"{clean.p99_ms:.1f} ms = {held.p99_ms / clean.p99_ms:.2f}"
             )
         if args.plot:
             from bench.plot import latency_plot
@@ -447,6 +484,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=["kafka", "redis"],
         default="kafka",
         help="where the relay publishes (redis: REDIS_URL)",
+    )
+    p.add_argument(
+        "--held-published",
+        type=int,
+        default=0,
+        help="then open a REPEATABLE READ snapshot, let the relay publish this many events "
+        "and run the loads again (p99 after / before)",
     )
     p.add_argument("--logdir", help="where the relay's log goes (default a /tmp folder)")
     return p.parse_args(argv)

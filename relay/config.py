@@ -26,7 +26,9 @@ from outbox_core.settings import (
     flat_fields,
 )
 from outbox_core.sharding import MAX_SHARDS
+from relay.control.floors import FloorSettings
 from relay.control.gauges import GaugeSettings
+from relay.control.horizon import HorizonSettings
 from relay.control.leases import LeaseSettings
 from relay.control.notify import NotifySettings
 from relay.control.purge import PurgeSettings
@@ -105,6 +107,8 @@ class RelaySettings(FlatSettings):
     notify: NotifySettings = Field(default_factory=NotifySettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
     gauges: GaugeSettings = Field(default_factory=GaugeSettings)
+    claim_floors: FloorSettings = Field(default_factory=FloorSettings)
+    horizon: HorizonSettings = Field(default_factory=HorizonSettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
     def __init__(self, **values: Any) -> None:

@@ -9,6 +9,9 @@ pipeline's Step.run):
   `lane-quick` and `lane-bulk`, two lanes over the same shards (pipeline/lanes.py).
 - `purge` (control/purge.py): retention of published rows and old idempotency keys.
 - `gauges` (control/gauges.py): the backlog gauges, so a scrape never queries the database.
+- `claim_floors` (control/floors.py, Postgres): where each shard's claim may start, so an
+  old snapshot does not slow claims down.
+- `horizon` (control/horizon.py, Postgres): what holds vacuum back, as gauges and warnings.
 - `notify` (control/notify.py): optional LISTEN connection on Postgres for wake-up hints.
 
 Shutdown has one recipe (`_shutdown`): stop claiming, let in-flight batches finish
@@ -28,7 +31,9 @@ from outbox_core.migrate import available
 from outbox_core.ops_http import OpsServer, Probe
 from outbox_core.supervisor import RETRY_MAX_WAIT_S, Supervisor
 from relay.config import RelaySettings
+from relay.control.floors import ClaimFloors
 from relay.control.gauges import Gauges
+from relay.control.horizon import Horizon
 from relay.control.leases import LeaseKeeper
 from relay.control.notify import listen
 from relay.control.purge import Purger
@@ -112,6 +117,10 @@ class RelayService:
             supervisor=sup,
             standing_by=standby,
         )
+        self.floors = ClaimFloors(
+            s.claim_floors, shard_count=s.shard_count or 0, store=store, supervisor=sup
+        )
+        self.horizon = Horizon(s.horizon, store=store, observer=self.observer, supervisor=sup)
         self.ops: OpsServer | None = None
         self.observer.metrics.ready.set_function(lambda: float(self.readyz().ok))
 
@@ -149,6 +158,7 @@ class RelayService:
         try:
             shard_count = await check_database(self.store, s.shard_count)
             self.leases.shard_count = self.gauges.shard_count = shard_count
+            self.floors.shard_count = shard_count
             if s.http.enabled:
                 self.ops = OpsServer(
                     s.http.host,
@@ -177,6 +187,9 @@ class RelayService:
             for lane in self.pipeline.lanes:
                 sup.spawn(lane.name, lane.run)
             sup.spawn("purge", self.purger.run)
+            if self.store.dialect == "postgres":
+                sup.spawn("claim_floors", self.floors.run)
+                sup.spawn("horizon", self.horizon.run)
             if s.notify.listen_notify and self.store.dialect == "postgres":
                 self._listen()
             await sup.stopping.wait()

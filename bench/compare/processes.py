@@ -38,11 +38,12 @@ class Proc:
                 self.popen.wait(timeout=10)
 
 
-def launch(name: str, cmd: list[str], env: dict[str, str], logdir: Path) -> Proc:
+def launch(name: str, cmd: list[str], env: dict[str, str], logdir: Path, cwd: Path = ROOT) -> Proc:
+    """cwd: the tree whose code runs (`python -m` imports from it first)."""
     log = logdir / f"{name}.log"
     with open(log, "ab") as out:
         popen = subprocess.Popen(
-            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
         )
     return Proc(name, popen, log)
 

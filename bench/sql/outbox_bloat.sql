@@ -17,7 +17,7 @@ INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload, hea
 SELECT gen_random_uuid(), topic, key, shard, event_type, payload, headers
 FROM bench_bloat_backlog
 ORDER BY ord
-RETURNING id;
+RETURNING id, shard;
 
 -- name: bloat_holder_create
 -- A small table of the snapshot holder's own: it never reads outbox_events.
@@ -28,6 +28,13 @@ SELECT count(*) FROM bench_bloat_holder;
 
 -- name: bloat_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
+
+-- name: bloat_last_published
+-- Whether each shard's last row of the backlog is published: a shard's rows go out in id
+-- order, so this says the backlog is drained, by primary key. The drain is polled with
+-- this; a count of the unpublished rows walks every dead entry of the partial index (the
+-- cost under study), and polling it took a core of its own under a held snapshot.
+SELECT bool_and(published_at IS NOT NULL) FROM outbox_events WHERE id = ANY(%(ids)s);
 
 -- name: bloat_round_rate
 -- Events of one round per second, from its first settle to its last.

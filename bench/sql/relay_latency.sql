@@ -34,3 +34,21 @@ CREATE UNLOGGED TABLE IF NOT EXISTS bench_commits (seq bigint PRIMARY KEY);
 -- name: bench_commits_times
 SELECT seq, extract(epoch FROM pg_xact_commit_timestamp(xmin))::float8
 FROM bench_commits WHERE seq >= %(first)s AND seq < %(last)s;
+
+-- name: latency_holder_create
+-- A small table of the snapshot holder's own: it never reads outbox_events.
+CREATE TABLE IF NOT EXISTS bench_latency_holder AS SELECT g AS n FROM generate_series(1, 10) AS g;
+
+-- name: latency_holder_read
+SELECT count(*) FROM bench_latency_holder;
+
+-- name: latency_bulk_load
+-- n events in one transaction, on the measured topic, with a seq no load uses.
+INSERT INTO outbox_events (event_id, topic, key, shard, event_type, payload)
+SELECT gen_random_uuid(), %(topic)s, 'bulk-' || (g %% 1000), (g %% 1000) %% 16, 'Bulk',
+       convert_to('{"seq": -1}', 'UTF8')
+FROM generate_series(1, %(n)s) AS g
+ORDER BY g;
+
+-- name: latency_unpublished
+SELECT count(*) FROM outbox_events WHERE published_at IS NULL;

@@ -10,8 +10,8 @@
 -- are unqualified, as the migrations create them: in the first schema of the owner's
 -- search_path (public unless you changed it). No part needs DDL at run time; schema
 -- changes (`outbox-relay migrate`) need the owner. outbox_events.id is an identity
--- column: inserting needs no privilege on its sequence. docs/security.md explains every
--- grant.
+-- column: inserting needs no privilege on its sequence (the relay reads it). The
+-- grants_relay_monitoring block needs a superuser. docs/security.md explains every grant.
 
 -- name: grants_producer
 -- producer_lib, in your service's transactions: insert events, remember idempotency
@@ -31,6 +31,15 @@ GRANT SELECT, UPDATE, DELETE ON outbox_events TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE ON outbox_relay_leases TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay_replicas TO :"relay_role";
 GRANT SELECT, DELETE ON outbox_idempotency TO :"relay_role";
+-- Claim floors read the last id drawn (pg_sequence_last_value); they draw none.
+GRANT SELECT ON SEQUENCE outbox_events_id_seq TO :"relay_role";
+
+-- name: grants_relay_monitoring
+-- Optional, and run by a superuser (or a role with ADMIN on pg_read_all_stats): lets the
+-- relay see the xid, xmin and state of other roles' sessions in pg_stat_activity, so its
+-- horizon gauges and warnings can name a session of any role that holds vacuum back.
+-- pg_locks, pg_replication_slots and pg_prepared_xacts are readable by every role.
+GRANT pg_read_all_stats TO :"relay_role";
 
 -- name: grants_consumer
 -- consumer_lib: record (group, event_id) in the handler's transaction, purge old rows,

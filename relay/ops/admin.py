@@ -124,7 +124,10 @@ class _Session:
 def status(database_url: str, *, pooler: Pooler = "none") -> Status:
     with _Session(database_url, pooler) as s:
         shard_count = int(s.run("setting_get", {"name": "shard_count"})[0][0])
-        backlog = Backlog.from_row(s.run("outbox_backlog", {"shard_count": shard_count})[0])
+        shards = list(range(shard_count))
+        # No floors here: `status` walks each shard from the bottom, as claims once did.
+        params = {"shard_count": shard_count, "shards": shards, "floors": [0] * shard_count}
+        backlog = Backlog.from_row(s.run("outbox_backlog", params)[0])
         leases = [Lease.from_row(r) for r in s.run("lease_list")]
         replicas = [str(r[0]) for r in s.run("replica_list_live")]
     return Status(

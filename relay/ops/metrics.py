@@ -170,6 +170,21 @@ class RelayMetrics:
             registry=r,
         )
         self.replicas = Gauge("outbox_relay_replicas_live", "Live relay replicas seen.", registry=r)
+        self.horizon_age = Gauge(
+            "outbox_db_horizon_age_seconds",
+            "Age of the oldest transaction, snapshot or prepared transaction that keeps "
+            "vacuum from the outbox's dead rows, by kind; 0 when there is none "
+            "(Postgres, refreshed periodically).",
+            ["kind"],
+            registry=r,
+        )
+        self.horizon_xid_age = Gauge(
+            "outbox_db_horizon_xid_age",
+            "Transactions since the oldest xid or xmin that keeps vacuum from the outbox's "
+            "dead rows, by kind (replication_slot included); 0 when there is none.",
+            ["kind"],
+            registry=r,
+        )
         self.ready = Gauge(
             "outbox_relay_ready",
             "1 while /readyz answers 200, else 0 (read at scrape).",

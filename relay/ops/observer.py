@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from relay.ops.metrics import RelayMetrics
 from relay.pipeline.step import BatchOutcome
-from relay.store import Backlog, TenantBacklog
+from relay.store import Backlog, HorizonHolder, TenantBacklog
 
 # Labels of the per-tenant gauges besides the tenants' names. A tenant of the same name
 # shares its label with them (its rows are added in).
@@ -18,6 +18,7 @@ OTHER_TENANTS = "other"
 # topic); the others share the label "other".
 MAX_TOPIC_LABELS = 50
 OTHER_TOPICS = "other"
+HORIZON_KINDS = ("transaction", "snapshot", "replication_slot", "prepared_xact")
 
 
 @dataclass
@@ -148,6 +149,15 @@ class RelayObserver:
         self.metrics.pending.set(backlog.pending)
         self.metrics.parked_rows.set(backlog.parked)
         self.metrics.oldest_pending_age.set(backlog.oldest_pending_age_s)
+
+    def horizon(self, holders: list[HorizonHolder]) -> None:
+        """Every kind is set on each look (0: none open), so an alert sees it clear."""
+        by_kind: dict[str, HorizonHolder] = {h.kind: h for h in holders}
+        m = self.metrics
+        for kind in HORIZON_KINDS:
+            h = by_kind.get(kind)
+            m.horizon_age.labels(kind=kind).set(0.0 if h is None else h.age_s or 0.0)
+            m.horizon_xid_age.labels(kind=kind).set(0 if h is None else h.xid_age)
 
     def tenant_backlog(self, rows: list[TenantBacklog]) -> None:
         """Set the per-tenant gauges to this refresh's top tenants and "other", and remove

@@ -153,6 +153,40 @@ class AppliedMigration:
     checksum: str
 
 
+@dataclass(frozen=True)
+class FloorMark:
+    """The first half of a claim floor round (relay/control/floors.py): the last id drawn
+    when it was read, and the transactions that held outbox_events for writing then."""
+
+    last_id: int
+    writers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HorizonHolder:
+    """The oldest of one kind of what keeps vacuum from removing dead rows: a
+    transaction, a snapshot, a replication slot or a prepared transaction."""
+
+    kind: Literal["transaction", "snapshot", "replication_slot", "prepared_xact"]
+    age_s: float | None  # None where Postgres keeps no time (a slot)
+    xid_age: int
+    pid: int | None
+    application_name: str | None
+    state: str | None  # pg_stat_activity.state; a slot's or prepared xact's name
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> HorizonHolder:
+        age = row["age_s"]
+        return cls(
+            kind=row["kind"],
+            age_s=None if age is None else float(age),
+            xid_age=int(row["xid_age"]),
+            pid=None if row["pid"] is None else int(row["pid"]),
+            application_name=row["application_name"],
+            state=row["state"],
+        )
+
+
 class Store(Protocol):
     dialect: Dialect
 
@@ -201,6 +235,30 @@ class Store(Protocol):
     async def purge(
         self, retention_s: float, idempotency_retention_s: float, limit: int
     ) -> int: ...
+
+    def set_claim_floors(self, floors: Mapping[int, int]) -> None:
+        """From now on a claim of a shard skips ids at or below its floor (all published)."""
+        ...
+
+    async def floor_last_id(self) -> int | None:
+        """The last id drawn; None where claims need no floor (SQLite) or none can be
+        proven (a cached id sequence, or no id drawn yet)."""
+        ...
+
+    async def floor_writers(self) -> tuple[str, ...]:
+        """The transactions that hold outbox_events for writing now."""
+        ...
+
+    async def floor_writers_left(self, writers: Sequence[str]) -> int: ...
+
+    async def floor_lowest(self, floors: Mapping[int, int]) -> dict[int, int | None]:
+        """Each shard's lowest unpublished id above its floor (None: none)."""
+        ...
+
+    async def horizon(self) -> list[HorizonHolder]:
+        """The oldest of each kind of what holds the database's vacuum horizon back
+        (Postgres; nothing on SQLite)."""
+        ...
 
     async def backlog(self, shard_count: int) -> Backlog:
         """Pending and parked counts and the oldest pending age, cheap enough to poll."""

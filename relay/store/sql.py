@@ -27,6 +27,7 @@ from relay.store import (
     Backlog,
     ClaimedRow,
     ClaimRequest,
+    HorizonHolder,
     Lease,
     Policy,
     Settled,
@@ -158,6 +159,7 @@ class SqlStore:
         self._claim = CLAIM_FORMS[self.dialect]
         self._lock = file_lock
         self._sqlite_path = sqlite_path
+        self._floors: Mapping[int, int] = {}
 
     # ---------------------------------------------------------------- plumbing
 
@@ -226,11 +228,13 @@ class SqlStore:
         shards, limit, turns = request.shards, request.limit, request.turns
         if not shards:
             return []
+        floors = self._floors
         params = {
             "limit": limit,
             "in_flight": self._codec.ids(request.in_flight),
             "shard_bytes": request.shard_bytes,
             "held_keys": self._codec.array(list(request.held_keys)),
+            "floors": [floors.get(shard, 0) for shard in shards],  # Postgres only
         }
         shape: ClaimShape = "plain"
         if turns is not None:
@@ -260,10 +264,49 @@ class SqlStore:
             "skip": self._codec.array(sorted(turns.skip)),
         }
 
-    async def backlog(self, shard_count: int) -> Backlog:
+    def set_claim_floors(self, floors: Mapping[int, int]) -> None:
+        self._floors = dict(floors)
+
+    async def floor_last_id(self) -> int | None:
+        if self.dialect != "postgres":
+            return None
+        rows = await self._run(Statement("outbox_floor_mark", named=True), control=True)
+        mark = _by_name(rows)[0]
+        if mark["last_id"] is None or int(mark["cache"]) != 1:
+            return None
+        return int(mark["last_id"])
+
+    async def floor_writers(self) -> tuple[str, ...]:
+        found = await self._run(Statement("outbox_floor_writers"), control=True)
+        return tuple(found[0][0])
+
+    async def floor_writers_left(self, writers: Sequence[str]) -> int:
+        if not writers:
+            return 0
         rows = await self._run(
-            Statement("outbox_backlog", {"shard_count": shard_count}), control=True
+            Statement("outbox_floor_writers_left", {"writers": list(writers)}), control=True
         )
+        return int(rows[0][0])
+
+    async def floor_lowest(self, floors: Mapping[int, int]) -> dict[int, int | None]:
+        params = {"shards": list(floors), "floors": list(floors.values())}
+        rows = await self._run(Statement("outbox_floor_lowest", params), control=True)
+        return {int(s): None if low is None else int(low) for s, low in rows}
+
+    async def horizon(self) -> list[HorizonHolder]:
+        if self.dialect != "postgres":
+            return []
+        rows = await self._run(Statement("database_horizon", named=True), control=True)
+        return [HorizonHolder.from_row(r) for r in _by_name(rows)]
+
+    async def backlog(self, shard_count: int) -> Backlog:
+        shards = list(range(shard_count))
+        params = {
+            "shard_count": shard_count,  # SQLite
+            "shards": shards,
+            "floors": [self._floors.get(shard, 0) for shard in shards],
+        }
+        rows = await self._run(Statement("outbox_backlog", params), control=True)
         return Backlog.from_row(rows[0])
 
     async def backlog_by_tenant(self, top: int) -> list[TenantBacklog]:
@@ -347,6 +390,11 @@ class SqlStore:
 
         removed: int = await self._plan("purge", plan(), control=True)
         return removed
+
+
+def _by_name(rows: Rows) -> list[dict[str, Any]]:
+    assert isinstance(rows, NamedRows)
+    return [dict(zip(rows.columns, row, strict=True)) for row in rows]
 
 
 def _unavailable(what: str, exc: OutboxError) -> StoreUnavailable:

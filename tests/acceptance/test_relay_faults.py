@@ -214,6 +214,9 @@ async def test_sigkill_at_random_points_loses_nothing(
     verdict = await judge_log(kafka_bootstrap, topic, log)
     assert len(log.committed) > 1000, "too little traffic to prove anything"
     assert_clean(delivery_problems(verdict, log), pg, fleet)
+    # The relays claimed above floors they moved while being killed and taking over.
+    floored = sum("claim floors set" in p.log() for p in fleet.procs.values())
+    assert floored >= kills // 3, f"only {floored} relays set claim floors"
     worked = [n for n in settled_by(pg) if n in killed]
     # Kills landed while relays were working, not only before they got going.
     assert len(worked) >= kills // 3, f"only {len(worked)} of {kills} killed relays published"
@@ -465,6 +468,8 @@ async def test_out_of_order_commits_are_neither_skipped_nor_stalled(
     assert len(log.committed) > 500, log.transactions
     assert len(log.rolled_back) > 10, log.transactions
     assert_clean(delivery_problems(verdict, log), pg, fleet)
+    # ... although the claims started above floors that moved all along.
+    assert "claim floors set" in relay.log(), "no claim floor was set"
     # Nothing waits behind a slow transaction: the oldest committed row stays young.
     assert max(oldest) < 10, f"a committed row waited {max(oldest):.1f}s"
     print(

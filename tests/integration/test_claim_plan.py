@@ -51,6 +51,7 @@ def claim_plan(
 ) -> list[dict[str, Any]]:
     params = {
         "shards": list(range(16)),
+        "floors": [0] * 16,
         "limit": 500,
         "in_flight": in_flight,
         "shard_bytes": UNBOUNDED_BYTES,
@@ -102,7 +103,8 @@ def test_the_backlog_gauge_finds_each_shard_s_oldest_row_through_the_index(pg_ur
     a shard is the first entry of the unpublished index, not a walk of the primary key
     past every published row."""
     backend, _ = half_published_with_stale_statistics(pg_url)
-    nodes = explain(backend.target, CONTROL_SERVER_OPTIONS, "outbox_backlog", {"shard_count": 16})
+    params = {"shard_count": 16, "shards": list(range(16)), "floors": [0] * 16}
+    nodes = explain(backend.target, CONTROL_SERVER_OPTIONS, "outbox_backlog", params)
     walks = [n for n in nodes if "Index Name" in n]
     assert "outbox_events_pkey" not in {
         n["Index Name"] for n in walks if n.get("Rows Removed by Filter")

@@ -127,16 +127,32 @@ AND NOT EXISTS (
 -- A lane claiming for one tenant ('' names the untenanted rows).
 AND coalesce(e.tenant, '') = %(tenant)s
 
+-- fragment: claim_shards
+-- The shards of a claim, each with its claim floor (relay/control/floors.py): every row
+-- of the shard with an id at or below it is published, so the walk of the shard's
+-- unpublished rows starts above it. An old snapshot keeps the index entries of published
+-- rows from vacuum; without the floor every claim stepped over all of them.
+unnest(%(shards)s::smallint[], %(floors)s::bigint[]) AS s(shard, floor)
+
+-- fragment: above_floor
+-- Twice: `e.id > s.floor` is where the walk of outbox_events_unpublished_idx (shard, id)
+-- starts; alone, it let the planner walk the primary key from the floor over every
+-- shard's rows instead. The row comparison is a condition no index but (shard, id) ones
+-- can take, which keeps the plan on the unpublished rows.
+AND e.id > s.floor
+AND (e.shard, e.id) > (s.shard, s.floor)
+
 -- fragment: claim_per_shard(tenant, rule)
 -- The next rows of each given shard, up to limit per shard, each shard's rows in id
 -- order: one statement claims for every shard a relay holds (one index walk per shard,
 -- stopping after limit rows).
-SELECT c.* FROM unnest(%(shards)s::smallint[]) AS s(shard)
+SELECT c.* FROM {{claim_shards}}
 CROSS JOIN LATERAL (
     SELECT {{claim_names}} FROM (
         SELECT {{claim_columns}}, {{shard_bytes(order=by_id)}}
         FROM outbox_events e
         WHERE e.shard = s.shard
+          {{above_floor}}
           {{tenant}}
           AND {{claimable}}
           {{not_held}}
@@ -164,15 +180,15 @@ CROSS JOIN LATERAL (
 -- to one tenant, so this is the order of its rows in its tenant's turns too.
 -- only / skip: the tenants of the lane claiming (relay/lanes.py): only NULL takes every
 -- tenant but those in skip.
-WITH RECURSIVE tenants(shard, tenant) AS (
-    SELECT s.shard, (
+WITH RECURSIVE tenants(shard, floor, tenant) AS (
+    SELECT s.shard, s.floor, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
         WHERE e.shard = s.shard AND e.published_at IS NULL
         ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
         LIMIT 1)
-    FROM unnest(%(shards)s::smallint[]) AS s(shard)
+    FROM {{claim_shards}}
     UNION ALL
-    SELECT t.shard, (
+    SELECT t.shard, t.floor, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
         WHERE e.shard = t.shard AND e.published_at IS NULL
           AND coalesce(e.tenant, '') < t.tenant
@@ -190,6 +206,7 @@ candidates AS (
         SELECT e.id
         FROM outbox_events e
         WHERE e.shard = t.shard
+          AND (e.shard, coalesce(e.tenant, ''), e.id) > (t.shard, t.tenant, t.floor)
           AND coalesce(e.tenant, '') = t.tenant
           AND {{claimable}}
           {{not_held}}
@@ -283,19 +300,23 @@ RETURNING 1;
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
 
 -- name: outbox_backlog
--- For gauges and `status`. The counts walk only the partial index of unpublished rows;
--- the oldest pending row is found per shard through the same index, never by a scan.
+-- For gauges and `status`. The counts walk only the partial index of unpublished rows,
+-- each shard's from its claim floor (so not through the dead entries an old snapshot
+-- keeps); the oldest pending row is found per shard through the same index.
 SELECT
-    (SELECT count(*) FROM outbox_events
-     WHERE published_at IS NULL AND status = 'pending'),
-    (SELECT count(*) FROM outbox_events
-     WHERE published_at IS NULL AND status = 'parked'),
+    (SELECT count(*) FROM {{claim_shards}}
+     JOIN outbox_events e ON e.shard = s.shard {{above_floor}}
+     WHERE e.published_at IS NULL AND e.status = 'pending'),
+    (SELECT count(*) FROM {{claim_shards}}
+     JOIN outbox_events e ON e.shard = s.shard {{above_floor}}
+     WHERE e.published_at IS NULL AND e.status = 'parked'),
     (SELECT coalesce(extract(epoch FROM now() - min(o.created_at))::float8, 0)
      FROM outbox_events o
      WHERE o.id IN (
          SELECT (SELECT min(e.id) FROM outbox_events e
-                 WHERE e.shard = s AND e.published_at IS NULL AND e.status = 'pending')
-         FROM generate_series(0, %(shard_count)s - 1) AS s
+                 WHERE e.shard = s.shard {{above_floor}}
+                   AND e.published_at IS NULL AND e.status = 'pending')
+         FROM {{claim_shards}}
      ));
 
 -- name: outbox_backlog_by_tenant
@@ -349,3 +370,40 @@ UPDATE outbox_events
 SET published_at = NULL, status = 'pending', attempts = 0, available_at = now()
 WHERE published_at IS NOT NULL AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
+
+-- name: outbox_floor_mark
+-- The first half of a claim floor round (relay/control/floors.py): the last id drawn
+-- from the sequence, read before the writers are listed. Its cache size must be 1: a
+-- session with cached values could draw an id at or below the mark after the writers
+-- were listed (the round then never moves a floor).
+SELECT pg_sequence_last_value(q.seq) AS last_id, p.seqcache AS cache
+FROM (SELECT pg_get_serial_sequence('outbox_events', 'id')::regclass AS seq) AS q
+JOIN pg_sequence p ON p.seqrelid = q.seq;
+
+-- name: outbox_floor_writers
+-- The transactions that may have drawn an id at or below the mark and not ended: an
+-- INSERT locks the table (RowExclusiveLock) before it draws its id and keeps the lock
+-- until its transaction ends. Read-only transactions, however old, hold no such lock.
+-- Prepared transactions keep theirs (pid NULL, virtualtransaction '-1/xid').
+SELECT coalesce(array_agg(DISTINCT l.virtualtransaction), '{}') AS writers
+FROM pg_locks l
+WHERE l.locktype = 'relation'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.relation = 'outbox_events'::regclass
+  AND l.mode NOT IN ('AccessShareLock', 'RowShareLock')
+  AND l.pid IS DISTINCT FROM pg_backend_pid();
+
+-- name: outbox_floor_writers_left
+-- How many of the listed transactions are still open (each holds a lock of its own
+-- virtual transaction while it runs).
+SELECT count(DISTINCT l.virtualtransaction) AS left_open
+FROM pg_locks l
+WHERE l.virtualtransaction = ANY(%(writers)s::text[]);
+
+-- name: outbox_floor_lowest
+-- Each shard's lowest unpublished id above its floor (NULL: none). Run after the
+-- writers of the mark have ended, so its snapshot sees every row at or below the mark.
+SELECT s.shard::int AS shard,
+       (SELECT min(e.id) FROM outbox_events e
+        WHERE e.shard = s.shard AND e.published_at IS NULL AND e.id > s.floor) AS lowest
+FROM {{claim_shards}};

@@ -137,3 +137,24 @@ RETURNING id;
 
 -- name: outbox_headers_set
 UPDATE outbox_events SET headers = %(headers)s::jsonb WHERE id = %(id)s;
+
+-- name: outbox_id_of_event
+SELECT id FROM outbox_events WHERE event_id = %(event_id)s;
+
+-- name: outbox_sequence_cache
+-- A sequence with a cache: a session may hand out an id below another's later.
+ALTER SEQUENCE outbox_events_id_seq CACHE 20;
+
+-- name: snapshot_open
+-- Takes a REPEATABLE READ snapshot (run first in a transaction) on a table that is not
+-- the outbox.
+SELECT count(*) FROM outbox_settings;
+
+-- name: transaction_prepare
+PREPARE TRANSACTION 'outbox-floor-test';
+
+-- name: transaction_commit_prepared
+COMMIT PREPARED 'outbox-floor-test';
+
+-- name: transaction_rollback_prepared
+ROLLBACK PREPARED 'outbox-floor-test';

@@ -1,0 +1,154 @@
+"""Claim floors: per shard, an id at or below which every row is published, so a claim
+starts its walk of the shard's unpublished rows above it. Postgres only; `run_once` is
+one round.
+
+Why: a snapshot older than the published rows (a long report, an `idle in transaction`
+session, a replication slot) keeps vacuum from removing their index entries; a claim
+that starts at the bottom of the shard steps over every one of them, so its cost grew
+with the rows published since that snapshot (docs/benchmarks.md, "old snapshots").
+
+Why a floor is safe although transactions commit out of id order (docs/design.md,
+"Claim floors"): a round first reads the last id drawn from the sequence (the mark),
+then lists the transactions that hold outbox_events for writing. An INSERT locks the
+table before it draws its id and keeps the lock until it ends, and the sequence hands
+out ids in order (cache 1, checked), so every id at or below the mark belongs to a
+transaction that had ended or was listed. Once every listed one has ended, a statement
+started afterwards sees every row at or below the mark that will ever exist; a floor
+below both the mark and the shard's lowest unpublished id then hides nothing a claim
+could take. The one way back below a floor is an operator replay (a published row made
+pending again): every rescan_s a round looks for the lowest unpublished id from the
+bottom, so a replayed row waits at most that long.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import ClassVar
+
+from pydantic import Field
+
+from outbox_core.periodic import every
+from outbox_core.settings import SettingsGroup
+from outbox_core.supervisor import Supervisor
+from relay.errors import StoreUnavailable
+from relay.store import FloorMark, Store
+
+log = logging.getLogger("relay.floors")
+
+
+class FloorSettings(SettingsGroup):
+    env_infix: ClassVar[str] = "claim_floor_"
+
+    interval_s: float = Field(
+        default=0.1,
+        ge=0.01,
+        description="Time between claim floor rounds (Postgres): how far behind the "
+        "published rows the floors are, so how many dead index entries a claim may still "
+        "step over while an old snapshot is open.",
+    )
+    rescan_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often a floor round looks for unpublished rows from the bottom of "
+        "each shard: the longest a replayed row (outbox-relay replay) waits to go out.",
+    )
+
+
+class ClaimFloors:
+    def __init__(
+        self,
+        settings: FloorSettings,
+        *,
+        shard_count: int,
+        store: Store,
+        supervisor: Supervisor,
+    ) -> None:
+        self.settings = settings
+        # The database's, set again by the service once start-up has read it.
+        self.shard_count = shard_count
+        self._store = store
+        self._sup = supervisor
+        self._mark: FloorMark | None = None
+        self._floors: dict[int, int] = {}
+        self._rescanned = time.monotonic()
+
+    @property
+    def floors(self) -> dict[int, int]:
+        """Every shard's floor (0 until a round has proven one)."""
+        return {s: self._floors.get(s, 0) for s in range(self.shard_count)}
+
+    async def run_once(self) -> bool:
+        """One round: when the writers of the pending mark have all ended, move the floors
+        up to what it proves (else wait for them); then take a new mark, unless every
+        floor is already the last id drawn (an idle outbox costs one statement a round).
+        Returns whether the floors were set."""
+        moved = False
+        mark = self._mark
+        if mark is not None:
+            if await self._store.floor_writers_left(mark.writers) > 0:
+                # Kept, not replaced by a new one: under a steady stream of writers a new
+                # mark's list would never be empty of open ones.
+                return False
+            await self._apply(mark)
+            self._mark, moved = None, True
+        last = await self._store.floor_last_id()  # first: then the writers
+        if last is None:
+            self._mark = None
+            return moved
+        if self._mark is None and self._settled(last) and not self._rescan_due():
+            return moved  # every shard's floor is the last id drawn: nothing to move
+        self._mark = FloorMark(last, await self._store.floor_writers())
+        return moved
+
+    def _settled(self, last: int) -> bool:
+        floors = self._floors
+        return len(floors) == self.shard_count and all(f == last for f in floors.values())
+
+    def _rescan_due(self) -> bool:
+        return time.monotonic() - self._rescanned >= self.settings.rescan_s
+
+    async def _apply(self, mark: FloorMark) -> None:
+        shards = range(self.shard_count)
+        rescan = self._rescan_due()
+        base = {s: 0 if rescan else self._floors.get(s, 0) for s in shards}
+        lowest = await self._store.floor_lowest(base)
+        floors = {}
+        for shard in shards:
+            low = lowest.get(shard)
+            floors[shard] = max(
+                base[shard], mark.last_id if low is None else min(mark.last_id, low - 1)
+            )
+        if not self._floors:
+            # Once per process: that claims skip published rows from here on.
+            log.info("claim floors set", extra={"lowest_floor": min(floors.values(), default=0)})
+        self._floors = floors
+        self._store.set_claim_floors(floors)
+        if rescan:
+            self._rescanned = time.monotonic()
+
+    def forget(self) -> None:
+        """After a failed round: the next one starts over from a new mark."""
+        self._mark = None
+
+    async def run(self) -> None:
+        if self._store.dialect != "postgres":
+            return
+
+        warned = [float("-inf")]
+
+        def failed(exc: Exception) -> None:
+            self.forget()
+            # Once a minute at most: rounds run ten times a second. Claims go on below
+            # the last floor proven (a missing grant: at 0, as without floors).
+            if time.monotonic() - warned[0] >= 60.0:
+                warned[0] = time.monotonic()
+                log.warning("claim floor round failed", extra={"error": str(exc)})
+
+        await every(
+            self._sup,
+            self.settings.interval_s,
+            self.run_once,
+            failed=failed,
+            errors=(StoreUnavailable,),
+        )

@@ -1,0 +1,229 @@
+"""Claim floors (relay/control/floors.py) on real Postgres: a floor never passes a row a
+claim could still take (an open writer, a prepared transaction, a replay), and an old
+read-only snapshot does not hold it back. The horizon look names what holds vacuum back."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import ValidationError
+
+from outbox_core.queries import query
+from outbox_core.supervisor import Supervisor
+from producer_lib import Outbox
+from relay.control.floors import ClaimFloors, FloorSettings
+from relay.control.horizon import Horizon, HorizonSettings
+from relay.ops.observer import RelayObserver
+from relay.store import Store
+from tests.support.db import Backend, postgres_backend
+from tests.support.stores import (
+    SHARD_COUNT,
+    claim,
+    emit,
+    event,
+    ids_of,
+    keys_on_shard,
+    opened_store,
+    settle,
+)
+
+pytestmark = pytest.mark.integration
+
+SHARD = 3
+OWNER = "relay-1"
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Backend:
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    return backend
+
+
+@pytest.fixture
+async def pg_store(pg: Backend) -> AsyncIterator[Store]:
+    async with opened_store(pg) as store:
+        yield store
+
+
+@pytest.fixture
+def floors(pg_store: Store) -> ClaimFloors:
+    sup = Supervisor(logging.getLogger("test"))
+    return ClaimFloors(FloorSettings(), shard_count=SHARD_COUNT, store=pg_store, supervisor=sup)
+
+
+@pytest.fixture
+def open_writer(pg: Backend) -> Iterator[psycopg.Connection[Any]]:
+    conn = psycopg.connect(pg.target)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+async def rounds(floors: ClaimFloors, n: int = 3) -> dict[int, int]:
+    for _ in range(n):
+        await floors.run_once()
+    return floors.floors
+
+
+async def publish_all(store: Store, shard: int = SHARD) -> list[int]:
+    token = await store.lease_acquire(shard, OWNER, 30)
+    assert token is not None
+    rows = await claim(store, [shard], 1000, "block_key")
+    await settle(store, OWNER, {shard: token}, ids_of(rows), [], True)
+    await store.lease_release(shard, OWNER, token)
+    return ids_of(rows)
+
+
+def emit_open(conn: psycopg.Connection[Any], key: str) -> int:
+    """Emits in conn's transaction, left open; returns the row's id."""
+    (event_id,) = Outbox(shard_count=SHARD_COUNT).emit_batch(conn, [event(key)])
+    row = conn.execute(
+        postgres_backend("x").sql("outbox_id_of_event"), {"event_id": event_id}
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_floor_never_passes_a_row_whose_writer_is_still_open(
+    pg: Backend, pg_store: Store, floors: ClaimFloors, open_writer: psycopg.Connection[Any]
+) -> None:
+    a, b = keys_on_shard(SHARD, 2)
+    slow = emit_open(open_writer, a)  # the smaller id, committed last
+    fast = emit(pg, event(b), event(b), event(b))
+    assert slow < min(fast)
+    assert await publish_all(pg_store) == fast
+    assert (await rounds(floors))[SHARD] < slow
+    open_writer.commit()
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [slow]
+    await rounds(floors)
+    # The floor stops below the one unpublished row, however many rows above it are done.
+    assert floors.floors[SHARD] == slow - 1
+    assert await publish_all(pg_store) == [slow]
+    assert (await rounds(floors))[SHARD] == max(fast)
+
+
+async def test_a_rolled_back_writer_lets_the_floor_pass(
+    pg: Backend, pg_store: Store, floors: ClaimFloors, open_writer: psycopg.Connection[Any]
+) -> None:
+    a, b = keys_on_shard(SHARD, 2)
+    emit_open(open_writer, a)
+    fast = emit(pg, event(b))
+    await publish_all(pg_store)
+    assert (await rounds(floors))[SHARD] < min(fast) - 1
+    open_writer.rollback()
+    assert (await rounds(floors))[SHARD] == max(fast)
+
+
+async def test_an_old_read_only_snapshot_does_not_hold_the_floor(
+    pg: Backend, pg_store: Store, floors: ClaimFloors
+) -> None:
+    (a,) = keys_on_shard(SHARD, 1)
+    with psycopg.connect(pg.target) as holder:
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute(pg.sql("snapshot_open")).fetchall()
+        done = emit(pg, *(event(a) for _ in range(20)))
+        await publish_all(pg_store)
+        assert (await rounds(floors))[SHARD] == max(done)
+        # Rows above the floor are still claimed, in id order.
+        later = emit(pg, event(a), event(a))
+        assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == later
+        holder.rollback()
+
+
+async def test_a_prepared_transaction_holds_the_floor(
+    pg: Backend, pg_store: Store, floors: ClaimFloors, open_writer: psycopg.Connection[Any]
+) -> None:
+    if int(pg.fetch("server_setting", {"name": "max_prepared_transactions"})[0][0]) == 0:
+        pytest.skip("the server allows no prepared transactions (max_prepared_transactions=0)")
+    a, b = keys_on_shard(SHARD, 2)
+    prepared = emit_open(open_writer, a)
+    open_writer.execute(pg.sql("transaction_prepare"))
+    open_writer.commit()
+    open_writer.autocommit = True
+    try:
+        emit(pg, event(b))
+        await publish_all(pg_store)
+        assert (await rounds(floors))[SHARD] < prepared
+    finally:
+        open_writer.execute(pg.sql("transaction_commit_prepared"))
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [prepared]
+
+
+async def test_a_replayed_row_below_the_floor_goes_out_after_a_rescan(
+    pg: Backend, pg_store: Store
+) -> None:
+    sup = Supervisor(logging.getLogger("test"))
+    settings = FloorSettings(rescan_s=0.2)
+    floors = ClaimFloors(settings, shard_count=SHARD_COUNT, store=pg_store, supervisor=sup)
+    (a,) = keys_on_shard(SHARD, 1)
+    done = emit(pg, *(event(a) for _ in range(5)))
+    await publish_all(pg_store)
+    assert (await rounds(floors))[SHARD] == max(done)
+    with psycopg.connect(pg.target, autocommit=True) as conn:
+        conn.execute(query("postgres", "outbox_replay"), {"ids": [done[1]]})
+    await asyncio.sleep(settings.rescan_s)
+    await rounds(floors)
+    assert floors.floors[SHARD] == done[1] - 1
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [done[1]]
+
+
+async def test_a_cached_sequence_proves_nothing_and_moves_no_floor(
+    pg: Backend, pg_store: Store, floors: ClaimFloors
+) -> None:
+    (a,) = keys_on_shard(SHARD, 1)
+    pg.execute("outbox_sequence_cache")
+    emit(pg, event(a))
+    await publish_all(pg_store)
+    assert await pg_store.floor_last_id() is None
+    assert (await rounds(floors))[SHARD] == 0
+
+
+async def test_writer_lists_of_any_text_are_only_compared(pg_store: Store) -> None:
+    hostile = ["'); DROP TABLE outbox_events; --", "1/1", "", "-1/0", "\\x00"]
+    assert await pg_store.floor_writers_left(hostile) == 0
+    assert await pg_store.floor_lowest({SHARD: -(2**63)}) == {SHARD: None}
+
+
+def test_floor_settings_refuse_nonsense() -> None:
+    for bad in ({"interval_s": 0}, {"interval_s": -1}, {"rescan_s": 0}):
+        with pytest.raises(ValidationError):
+            FloorSettings(**bad)
+    for bad in ({"interval_s": 0}, {"warn_age_s": -5}, {"warn_xid_age": 0}):
+        with pytest.raises(ValidationError):
+            HorizonSettings(**bad)
+
+
+async def test_the_horizon_names_an_old_idle_transaction(
+    pg: Backend, pg_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    sup = Supervisor(logging.getLogger("test"))
+    observer = RelayObserver()
+    horizon = Horizon(
+        HorizonSettings(warn_age_s=0.1), store=pg_store, observer=observer, supervisor=sup
+    )
+    with psycopg.connect(pg.target, application_name="nightly-report") as holder:
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute(pg.sql("snapshot_open")).fetchall()
+        pid = holder.info.backend_pid
+        await asyncio.sleep(0.3)
+        with caplog.at_level(logging.WARNING, logger="relay.horizon"):
+            holders = await horizon.run_once()
+        holder.rollback()
+    snapshot = next(h for h in holders if h.kind == "snapshot")
+    assert (snapshot.pid, snapshot.application_name) == (pid, "nightly-report")
+    assert snapshot.state == "idle in transaction"
+    assert snapshot.age_s is not None
+    assert snapshot.age_s >= 0.3
+    warned = [r for r in caplog.records if getattr(r, "pid", None) == pid]
+    assert warned
+    assert warned[0].application_name == "nightly-report"  # type: ignore[attr-defined]
+    sample = observer.metrics.registry.get_sample_value
+    assert (sample("outbox_db_horizon_age_seconds", {"kind": "snapshot"}) or 0) >= 0.3
+    assert sample("outbox_db_horizon_age_seconds", {"kind": "prepared_xact"}) == 0
