@@ -116,3 +116,16 @@ WHERE application_name = 'outbox-relay-notify' AND datname = current_database();
 -- name: notify_send
 -- Any role may NOTIFY the relay's channel, with any payload.
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: leases_lapse
+-- Time passes for the lease holder (paused or dead): every lease has expired.
+UPDATE outbox_relay_leases SET lease_until = now() - interval '1 second'
+WHERE owner IS NOT NULL;
+
+-- name: replicas_lapse
+UPDATE outbox_relay_replicas SET seen_until = now() - interval '1 second';
+
+-- name: outbox_backoff_end
+-- Time passes for rows backing off after a failure: each is due again.
+UPDATE outbox_events SET available_at = now() - interval '1 second'
+WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
