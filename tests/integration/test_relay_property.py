@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
@@ -502,13 +503,9 @@ class RelayMachine(RuleBasedStateMachine):
         missing = set(self.committed) - self.discarded - published
         if missing:
             raise Lost(f"committed events never published: {sorted(missing)}")
-        stray = self.discarded - self.too_large - published
-        assert stray <= set(self.committed)
 
     def teardown(self) -> None:
-        import sys
-
-        try:
+        try:  # the drain only when the history passed: a failure stays the one reported
             if sys.exc_info()[0] is None and self.relay is not None:
                 self._drain()
         finally:
