@@ -48,3 +48,12 @@ FROM outbox_events ORDER BY id;
 
 -- name: outbox_row_tenants
 SELECT id, key, tenant FROM outbox_events ORDER BY id;
+
+-- name: outbox_events_clear
+DELETE FROM outbox_events;
+
+-- name: leases_clear
+DELETE FROM outbox_relay_leases;
+
+-- name: replicas_clear
+DELETE FROM outbox_relay_replicas;

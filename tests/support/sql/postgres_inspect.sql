@@ -158,3 +158,16 @@ COMMIT PREPARED 'outbox-floor-test';
 
 -- name: transaction_rollback_prepared
 ROLLBACK PREPARED 'outbox-floor-test';
+
+-- name: leases_lapse
+-- Time passes for the lease holder (paused or dead): every lease has expired.
+UPDATE outbox_relay_leases SET lease_until = now() - interval '1 second'
+WHERE owner IS NOT NULL;
+
+-- name: replicas_lapse
+UPDATE outbox_relay_replicas SET seen_until = now() - interval '1 second';
+
+-- name: outbox_backoff_end
+-- Time passes for rows backing off after a failure: each is due again.
+UPDATE outbox_events SET available_at = now() - interval '1 second'
+WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;

@@ -66,3 +66,14 @@ RETURNING id;
 
 -- name: outbox_headers_set
 UPDATE outbox_events SET headers = :headers WHERE id = :id;
+
+-- name: leases_lapse
+UPDATE outbox_relay_leases SET lease_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 seconds')
+WHERE owner IS NOT NULL;
+
+-- name: replicas_lapse
+UPDATE outbox_relay_replicas SET seen_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 seconds');
+
+-- name: outbox_backoff_end
+UPDATE outbox_events SET available_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 seconds')
+WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
