@@ -316,7 +316,7 @@ class Lane:
             self._observer.cycle(self.name, None)  # nothing is due to this lane
             return None
         generation = self._publisher.generation
-        sent = await self.step.send(tokens, rules)
+        sent = await self.step.send(tokens, rules, ahead=True)
         number = self.step.begun
         if self._tenants is not None:
             self._tenants.claimed(self._lane, number, sent.rows if sent is not None else [])
@@ -415,5 +415,6 @@ class Lane:
                 interval = probe.idle_interval_s if quiet else probe.interval_s
                 await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)), self._wake)
         finally:
+            self.step.drop_ahead(cancel=True)
             with contextlib.suppress(Exception):
                 await self.step.settled()  # what was sent is settled before the loop ends
