@@ -147,8 +147,9 @@ _SHARD = attrgetter("shard")
 def _bytes_full(rows: list[ClaimedRow], share: int) -> bool:
     """A shard's rows stopped at its share of the byte budget (a row like its largest
     would not have fitted): more are probably waiting."""
-    if sum(map(len, map(_PAYLOAD, rows))) <= share:
-        return False  # no shard can have reached it (most claims: one pass in C)
+    sizes = list(map(len, map(_PAYLOAD, rows)))
+    if sum(sizes) + max(sizes) <= share:
+        return False  # no shard can have reached it (most claims: two passes in C)
     used: Counter[int] = Counter()
     largest: Counter[int] = Counter()
     for row in rows:
