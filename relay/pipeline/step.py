@@ -6,7 +6,9 @@ claim_max_bytes, in one statement, turns them into records, lets KeyOrder (order
 decide which may go out, publishes those, and starts their settle: one statement, fenced
 per shard (nothing is written for a shard whose lease no longer carries its token). The
 settle runs while the next step claims and sends; that step waits for it before starting
-its own, so at most one settle is in flight.
+its own, so at most one settle is in flight. In the loop, a claim that came back full
+(a backlog) has the next claim made while its acks are awaited, so claiming and sending
+overlap; that claim leaves out the keys in flight (KeyOrder.beside).
 
 What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
 or (a broken producer; the transport away as a whole) not charged at all.
@@ -364,17 +366,9 @@ class Step:
     def _claim_ahead(
         self, number: int, tokens: Mapping[int, int], rules: BatchRules, rows: list[ClaimedRow]
     ) -> None:
-        """Start the next send's claim beside this one's acks. It leaves out this claim's
-        rows and every key they carry, so a key never has records of two claims in flight:
-        its later rows wait until this claim's outcome is known (per-key order)."""
-        keys = {row.key for row in rows if type(row.key) is str}
-        request = self._request(
-            number + 1,
-            tokens,
-            rules,
-            [*self.order.in_flight, *map(_ID, rows)],
-            sorted(keys.union(self.order.held_keys)),
-        )
+        """Start the next send's claim beside this one's acks, leaving out what KeyOrder
+        says is in flight."""
+        request = self._request(number + 1, tokens, rules, *self.order.beside(rows))
         self._ahead = _Ahead(
             number + 1, dict(tokens), rules, asyncio.create_task(self._store.claim(request))
         )
