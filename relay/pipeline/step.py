@@ -54,10 +54,11 @@ class BatchSettings(SettingsGroup):
     claim_max_bytes: int = Field(
         default=16 * 1024 * 1024,
         ge=1,
-        description="Payload bytes the relay's claims hold at most (every lane and held "
-        "shard together, each shard an even share per cycle), so memory stays bounded "
-        "whatever the events' sizes (docs/deploy.md, Memory). An event larger than its "
-        "shard's share is claimed alone, when its shard's turn comes.",
+        description="Payload bytes one claim holds at most (every lane and held shard "
+        "together, each shard an even share per cycle; while a backlog drains, the next "
+        "claim is made beside the acks of the one being sent, so two are held), so memory "
+        "stays bounded whatever the events' sizes (docs/deploy.md, Memory). An event larger "
+        "than its shard's share is claimed alone, when its shard's turn comes.",
     )
     max_attempts: int = Field(
         default=12, ge=1, description="Failed sends of one row before it is parked."
