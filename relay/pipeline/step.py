@@ -6,9 +6,9 @@ claim_max_bytes, in one statement, turns them into records, lets KeyOrder (order
 decide which may go out, publishes those, and starts their settle: one statement, fenced
 per shard (nothing is written for a shard whose lease no longer carries its token). The
 settle runs while the next step claims and sends; that step waits for it before starting
-its own, so at most one settle is in flight. In the loop, a claim that came back full
-(a backlog) has the next claim made while its acks are awaited, so claiming and sending
-overlap; that claim leaves out the keys in flight (KeyOrder.beside).
+its own, so at most one settle is in flight. In the loop, a claim its byte budget cut
+(a backlog of large events) has the next claim made while its acks are awaited, so
+claiming and sending overlap; that claim leaves out the keys in flight (KeyOrder.beside).
 
 What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
 or (a broken producer; the transport away as a whole) not charged at all.
@@ -263,7 +263,7 @@ class Step:
         for the acks; meanwhile the previous batch settles. Then start this batch's
         settle. None when nothing was due.
 
-        ahead: when this claim came back full, the next one (same shards and rules) is
+        ahead: when its byte budget cut this claim, the next one (same shards and rules) is
         made while this one's acks are awaited, leaving out this claim's rows and keys;
         the next send uses it. The loop asks for it; a lone step (run) never does."""
         self.begun += 1
@@ -410,8 +410,12 @@ class Step:
             )
         plan: Plan = self.order.plan(rows, records, oversized, limit, malformed)
         per_shard = Counter(map(_SHARD, rows))
-        full = max(per_shard.values()) >= rules.shard_full_at or _bytes_full(rows, share)
-        if ahead and full and plan.records and rules.turns is None:
+        cut_by_bytes = _bytes_full(rows, share)
+        full = max(per_shard.values()) >= rules.shard_full_at or cut_by_bytes
+        # Only a claim its byte budget cut: its few large records leave the broker idle
+        # while their acks come back. A claim full of small rows has every key of the
+        # backlog in flight, so a claim beside it would find almost nothing to take.
+        if ahead and cut_by_bytes and plan.records and rules.turns is None:
             self._claim_ahead(number, tokens, rules, rows)
         outcomes = await self._publisher.publish(plan.records) if plan.records else []
         verdict = self.order.judge(plan, outcomes)
