@@ -338,7 +338,7 @@ class Lane:
             self._observer.cycle(self.name, None)  # nothing is due to this lane
             return None
         generation = self._publisher.generation
-        sent = await self.step.send(tokens, rules)
+        sent = await self.step.send(tokens, rules, ahead=True)
         self._observer.claimed(0 if sent is None else len(sent.rows))
         number = self.step.begun
         if self._tenants is not None:
@@ -448,5 +448,6 @@ class Lane:
                     interval = max(interval, probe.gather_s)
                 await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)), self._wake)
         finally:
+            self.step.drop_ahead(cancel=True)
             with contextlib.suppress(Exception):
                 await self.step.settled()  # what was sent is settled before the loop ends

@@ -6,7 +6,8 @@ a row waits while an earlier row of its key is parked or backing off). What the 
 cannot know yet is decided here, per lane:
 
 - in flight: the rows of the batch being settled are left out of the next claim (it runs
-  while that settle does), so no row is sent twice at once;
+  while that settle does), so no row is sent twice at once; a claim made while a batch's
+  acks are awaited (beside) leaves out that batch's keys as well;
 - held: under block_key, a key with a failure the settle is still recording sends
   nothing of this claim: its rows stay pending, uncharged;
 - failed: a row known to fail before sending (larger than the producer takes, or
@@ -74,6 +75,13 @@ class KeyOrder:
         """Keys the next claim need not read: under block_key, those with a failure the
         settle in flight is still recording (plan would hold every row of theirs)."""
         return sorted(self._unrecorded) if self.block else []
+
+    def beside(self, sending: Sequence[ClaimedRow]) -> tuple[list[int], list[str]]:
+        """(in_flight, held_keys) for a claim made while `sending`'s acks are awaited: it
+        leaves out those rows and every key they carry (whatever the policy), so a key
+        never has rows of two claims in flight and its later rows wait for the outcome."""
+        keys = {row.key for row in sending if type(row.key) is str}
+        return [*self._in_flight, *map(_ID, sending)], sorted(keys.union(self.held_keys))
 
     def plan(
         self,

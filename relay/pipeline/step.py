@@ -6,7 +6,9 @@ claim_max_bytes, in one statement, turns them into records, lets KeyOrder (order
 decide which may go out, publishes those, and starts their settle: one statement, fenced
 per shard (nothing is written for a shard whose lease no longer carries its token). The
 settle runs while the next step claims and sends; that step waits for it before starting
-its own, so at most one settle is in flight.
+its own, so at most one settle is in flight. In the loop, a claim its byte budget cut
+(a backlog of large events) has the next claim made while its acks are awaited, so
+claiming and sending overlap; that claim leaves out the keys in flight (KeyOrder.beside).
 
 What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
 or (a broken producer; the transport away as a whole) not charged at all.
@@ -18,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar, Literal
@@ -52,10 +54,11 @@ class BatchSettings(SettingsGroup):
     claim_max_bytes: int = Field(
         default=16 * 1024 * 1024,
         ge=1,
-        description="Payload bytes the relay's claims hold at most (every lane and held "
-        "shard together, each shard an even share per cycle), so memory stays bounded "
-        "whatever the events' sizes (docs/deploy.md, Memory). An event larger than its "
-        "shard's share is claimed alone, when its shard's turn comes.",
+        description="Payload bytes one claim holds at most (every lane and held shard "
+        "together, each shard an even share per cycle; while a backlog drains, the next "
+        "claim is made beside the acks of the one being sent, so two are held), so memory "
+        "stays bounded whatever the events' sizes (docs/deploy.md, Memory). An event larger "
+        "than its shard's share is claimed alone, when its shard's turn comes.",
     )
     max_attempts: int = Field(
         default=12, ge=1, description="Failed sends of one row before it is parked."
@@ -147,8 +150,9 @@ _SHARD = attrgetter("shard")
 def _bytes_full(rows: list[ClaimedRow], share: int) -> bool:
     """A shard's rows stopped at its share of the byte budget (a row like its largest
     would not have fitted): more are probably waiting."""
-    if sum(map(len, map(_PAYLOAD, rows))) <= share:
-        return False  # no shard can have reached it (most claims: one pass in C)
+    sizes = list(map(len, map(_PAYLOAD, rows)))
+    if sum(sizes) + max(sizes) <= share:
+        return False  # no shard can have reached it (most claims: two passes in C)
     used: Counter[int] = Counter()
     largest: Counter[int] = Counter()
     for row in rows:
@@ -192,6 +196,16 @@ class Sent:
     full: bool
 
 
+@dataclass
+class _Ahead:
+    """A claim made for send `number` while the previous send's acks were awaited."""
+
+    number: int
+    tokens: dict[int, int]
+    rules: BatchRules
+    task: asyncio.Task[list[ClaimedRow]]
+
+
 OnSettled = Callable[[Sent, BatchOutcome | None], Awaitable[None]]
 
 
@@ -223,6 +237,8 @@ class Step:
         self.order = KeyOrder(rules.batch.failure_policy)
         self.begun = 0  # sends begun; Sent.number
         self._settling: tuple[Sent, asyncio.Task[BatchOutcome]] | None = None
+        self._ahead: _Ahead | None = None  # the next claim, made while acks are awaited
+        self._dropped: set[asyncio.Task[list[ClaimedRow]]] = set()  # held until they end
 
     @property
     def settling(self) -> bool:
@@ -240,13 +256,22 @@ class Step:
         finally:
             await self.settled()
 
-    async def send(self, tokens: Mapping[int, int], rules: BatchRules | None = None) -> Sent | None:
+    async def send(
+        self, tokens: Mapping[int, int], rules: BatchRules | None = None, *, ahead: bool = False
+    ) -> Sent | None:
         """Claim for these shards (rules: this claim's, e.g. a lane's tenants), send, wait
         for the acks; meanwhile the previous batch settles. Then start this batch's
-        settle. None when nothing was due."""
+        settle. None when nothing was due.
+
+        ahead: when its byte budget cut this claim, the next one (same shards and rules) is
+        made while this one's acks are awaited, leaving out this claim's rows and keys;
+        the next send uses it. The loop asks for it; a lone step (run) never does."""
         self.begun += 1
         try:
-            sent = await self._send(self.begun, tokens, rules or self.rules)
+            sent = await self._send(self.begun, tokens, rules or self.rules, ahead)
+        except BaseException:
+            self.drop_ahead()
+            raise
         finally:
             await self.settled()
         if sent is not None:
@@ -278,8 +303,33 @@ class Step:
         """Shutdown past its grace period: stop waiting for the settle in flight."""
         if self._settling is not None:
             self._settling[1].cancel()
+        self.drop_ahead(cancel=True)
 
-    async def _send(self, number: int, tokens: Mapping[int, int], rules: BatchRules) -> Sent | None:
+    def drop_ahead(self, *, cancel: bool = False) -> None:
+        """Forget the claim made ahead, if any: its rows stay pending (a claim writes
+        nothing), for a later claim. cancel: shutdown; otherwise the statement ends on its
+        own (a statement cut short can cost its connection)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        if cancel:
+            ahead.task.cancel()
+        self._dropped.add(ahead.task)
+        ahead.task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[list[ClaimedRow]]) -> None:
+        self._dropped.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an outage there is the next claim's to meet
+
+    def _request(
+        self,
+        number: int,
+        tokens: Mapping[int, int],
+        rules: BatchRules,
+        in_flight: Sequence[int],
+        held_keys: Sequence[str],
+    ) -> ClaimRequest:
         settings = rules.batch
         shards = list(tokens)
         # The first shard's first row is claimed whatever its size: each shard comes first
@@ -287,18 +337,52 @@ class Step:
         # cycle per shard.
         turn = number % max(1, len(shards))
         shards = shards[turn:] + shards[:turn]
-        share = rules.shard_bytes(len(shards))
-        rows = await self._store.claim(
-            ClaimRequest(
-                shards,
-                settings.batch_size,
-                settings.failure_policy,
-                self.order.in_flight,
-                rules.turns,
-                shard_bytes=share,
-                held_keys=self.order.held_keys,
-            )
+        return ClaimRequest(
+            shards,
+            settings.batch_size,
+            settings.failure_policy,
+            in_flight,
+            rules.turns,
+            shard_bytes=rules.shard_bytes(len(shards)),
+            held_keys=held_keys,
         )
+
+    async def _claimed_ahead(
+        self, number: int, tokens: Mapping[int, int], rules: BatchRules
+    ) -> list[ClaimedRow]:
+        """The rows claimed ahead for this send; [] when there are none or they no longer
+        fit it (other shards or leases, other rules: a fresh claim is made instead)."""
+        ahead = self._ahead
+        if ahead is None:
+            return []
+        if ahead.number != number or ahead.tokens != dict(tokens) or ahead.rules is not rules:
+            self.drop_ahead()
+            return []
+        self._ahead = None
+        try:
+            return await ahead.task
+        except StoreUnavailable:
+            return []  # the fresh claim meets the database's state (and its outage)
+
+    def _claim_ahead(
+        self, number: int, tokens: Mapping[int, int], rules: BatchRules, rows: list[ClaimedRow]
+    ) -> None:
+        """Start the next send's claim beside this one's acks, leaving out what KeyOrder
+        says is in flight."""
+        request = self._request(number + 1, tokens, rules, *self.order.beside(rows))
+        self._ahead = _Ahead(
+            number + 1, dict(tokens), rules, asyncio.create_task(self._store.claim(request))
+        )
+
+    async def _send(
+        self, number: int, tokens: Mapping[int, int], rules: BatchRules, ahead: bool = False
+    ) -> Sent | None:
+        settings = rules.batch
+        request = self._request(number, tokens, rules, self.order.in_flight, self.order.held_keys)
+        share = request.shard_bytes
+        rows = await self._claimed_ahead(number, tokens, rules)
+        if not rows:
+            rows = await self._store.claim(request)
         if not rows:
             return None
         limit = rules.max_request_size
@@ -325,6 +409,14 @@ class Step:
                 },
             )
         plan: Plan = self.order.plan(rows, records, oversized, limit, malformed)
+        per_shard = Counter(map(_SHARD, rows))
+        cut_by_bytes = _bytes_full(rows, share)
+        full = max(per_shard.values()) >= rules.shard_full_at or cut_by_bytes
+        # Only a claim its byte budget cut: its few large records leave the broker idle
+        # while their acks come back. A claim full of small rows has every key of the
+        # backlog in flight, so a claim beside it would find almost nothing to take.
+        if ahead and cut_by_bytes and plan.records and rules.turns is None:
+            self._claim_ahead(number, tokens, rules, rows)
         outcomes = await self._publisher.publish(plan.records) if plan.records else []
         verdict = self.order.judge(plan, outcomes)
         errors, published = verdict.errors, verdict.published
@@ -337,7 +429,6 @@ class Step:
             raise TransportUnavailable(next(iter(errors.values())))
         by_id = {row.id: row for row in rows} if errors else {}
         failed = [by_id[i] for i, e in errors.items() if not e.fatal]
-        per_shard = Counter(map(_SHARD, rows))
         return Sent(
             number=number,
             tokens={s: t for s, t in tokens.items() if s in per_shard},
@@ -348,7 +439,7 @@ class Step:
             failed=failed,
             held_back=verdict.held_back,
             fatal=verdict.fatal,
-            full=max(per_shard.values()) >= rules.shard_full_at or _bytes_full(rows, share),
+            full=full,
         )
 
     async def _settle(self, sent: Sent) -> BatchOutcome:

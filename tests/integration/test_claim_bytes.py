@@ -7,12 +7,16 @@ read at all."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pytest
 
 from relay.pipeline.step import BatchOutcome, Step
 from relay.store import ClaimedRow, Store
+from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher
+from relay.transport.protocol import Outcome
+from relay.transport.records import OutgoingRecord
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
 from tests.support.kafka import read_topic
@@ -125,3 +129,63 @@ async def test_the_budget_cuts_a_key_s_run_and_the_key_s_order_holds(
         assert record.value is not None
         order[record.key].append(int.from_bytes(record.value[:8], "big"))
     assert order == {k.encode(): [1, 2, 3, 4], j.encode(): [1, 2]}
+
+
+class FirstCallRefused(KafkaPublisher):
+    """The real publisher, whose first call the 'broker' refuses whole (record too large:
+    parked), so the first claim's keys block behind a failure its settle records."""
+
+    calls = 0
+
+    async def publish(self, records: Sequence[OutgoingRecord]) -> list[Outcome]:
+        self.calls += 1
+        if self.calls == 1:
+            return [PublishFailed(FailureReason.TOO_LARGE, "injected") for _ in records]
+        return await super().publish(records)
+
+
+async def test_the_claim_made_beside_the_acks_leaves_out_their_keys(
+    backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    """A full claim's acks are awaited while the next claim is made: that claim leaves out
+    every key in flight, so K2 never goes out while K1's failure is still unknown to the
+    database; M's rows go beside them."""
+    topic = await new_topic("claimahead")
+    k, j, m = keys_on_shard(A, 3)
+    k1, j1, m1, k2, m2 = emit(
+        backend,
+        event(k, topic=topic, payload=blob(1, 40_000)),
+        event(j, topic=topic, payload=blob(1, 40_000)),
+        event(m, topic=topic, payload=blob(1, 40_000)),
+        event(k, topic=topic, payload=blob(2, 1_000)),
+        event(m, topic=topic, payload=blob(2, 1_000)),
+    )
+    settings = relay_settings(backend, kafka_bootstrap, claim_max_bytes=100_000)
+    publisher = FirstCallRefused(settings.kafka, settings.kafka_security.resolve())
+    await publisher.start()
+    try:
+        async with opened_store(backend) as store:
+            token = await store.lease_acquire(A, settings.leases.replica_id, 30)
+            assert token is not None
+            step = Step(settings.batch_rules(), store=store, publisher=publisher)
+            first = await step.send({A: token}, ahead=True)
+            second = await step.send({A: token}, ahead=True)
+            await step.settled()
+            third = await step.send({A: token}, ahead=True)
+            await step.settled()
+    finally:
+        await publisher.stop()
+    assert first is not None
+    assert second is not None
+    assert [r.id for r in first.rows] == [k1, j1]  # a third 40,000 would pass the budget
+    assert first.full
+    assert [r.id for r in second.rows] == [m1, m2]  # claimed beside the first's acks
+    assert third is None  # K2 waits behind the parked K1
+    states = row_states(backend)
+    assert not states[k2].published
+    assert states[k1].status == "parked"
+    records = await read_topic(kafka_bootstrap, topic)
+    assert sorted((r.key, r.value[:8] if r.value else b"") for r in records) == [
+        (m.encode(), blob(1, 8)),
+        (m.encode(), blob(2, 8)),
+    ]

@@ -74,3 +74,20 @@ def test_the_publishers_report_is_sorted_into_published_failed_and_held() -> Non
     assert [r.id for r in verdict.published] == [1]
     assert verdict.errors == {2: refused, 4: broken}
     assert (verdict.held_back, verdict.fatal) == (1, True)
+
+
+@pytest.mark.parametrize("policy", ["block_key", "skip"])
+def test_a_claim_beside_a_batch_s_acks_leaves_out_its_rows_and_keys(policy: Policy) -> None:
+    order = KeyOrder(policy)
+    settling = rows("s", "f")
+    order.settling(published=[settling[0]], failed=[settling[1]])
+    sending = [
+        ClaimedRow(10 + i, 0, f"n{i}", "t", key, "T", b"{}", "{}", 0, 0.0, None)
+        for i, key in enumerate(["b", "a", "b"])
+    ]
+    in_flight, held_keys = order.beside(sending)
+    # The settle's rows and the sending batch's, and every sending key whatever the policy
+    # (plus, under block_key, the key whose failure the settle is recording).
+    assert in_flight == [1, 2, 10, 11, 12]
+    assert held_keys == (["a", "b", "f"] if policy == "block_key" else ["a", "b"])
+    assert order.beside([]) == ([1, 2], order.held_keys)
