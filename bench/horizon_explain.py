@@ -59,7 +59,14 @@ def buffers(plan: dict[str, Any]) -> int:
 
 
 def claim_params(floors: list[int]) -> dict[str, Any]:
-    return {"shards": list(range(SHARDS)), "floors": floors, "limit": BATCH, "in_flight": []}
+    return {
+        "shards": list(range(SHARDS)),
+        "floors": floors,
+        "limit": BATCH,
+        "in_flight": [],
+        "shard_bytes": 2**62,  # no byte budget: rows decide, as in the claims compared
+        "held_keys": [],
+    }
 
 
 def settle_params(ids: list[int]) -> dict[str, Any]:
