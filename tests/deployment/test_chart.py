@@ -339,6 +339,9 @@ def test_sidecar_example_puts_the_relay_into_the_app_pod(helm: Path, tmp_path: P
     assert [c["name"] for c in pod["containers"]] == ["orders", "outbox-relay"]
     relay = pod["containers"][1]
     assert "readinessProbe" not in relay  # a Kafka outage must not unready the app
+    env = {e["name"]: e.get("value") for e in relay["env"]}
+    # One sidecar among the app's pods holds the shards; the others stand by.
+    assert env["OUTBOX_ACTIVE_REPLICAS"] == "1"
     assert relay["livenessProbe"]["httpGet"]["path"] == "/healthz"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["outbox-relay-kafka-ca"]["configMap"]["name"] == "kafka-ca"

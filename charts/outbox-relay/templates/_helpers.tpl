@@ -150,6 +150,12 @@ seccompProfile:
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+{{- if and .sidecar (not (hasKey $v.settings "active_replicas")) }}
+# Sidecars: one relay per application pod, of which only this many hold shards; the
+# others stand by with a heartbeat and take over within lease_ttl_s.
+- name: OUTBOX_ACTIVE_REPLICAS
+  value: {{ $v.sidecar.activeReplicas | int64 | quote }}
+{{- end }}
 {{- range $name, $value := $v.settings }}
 - name: {{ printf "OUTBOX_%s" (upper $name) }}
   value: {{ include "outbox-relay.envValue" $value | quote }}
