@@ -154,10 +154,10 @@ class ClaimFloors:
         high = min(top, low + -(-top // RESCAN_SLICES))
         bounds = {s: min(high, f) for s, f in self._floors.items()}
         found = await self._store.floor_unpublished_between(low, bounds)
-        lowered = {
-            s: min(f, found[s] - 1) if found.get(s) is not None else f
-            for s, f in self._floors.items()
-        }
+        lowered = dict(self._floors)
+        for shard, row in found.items():
+            if row is not None and shard in lowered:
+                lowered[shard] = min(lowered[shard], row - 1)
         if lowered != self._floors:
             log.info(
                 "claim floors lowered to rows made pending again",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -194,7 +194,7 @@ async def test_a_replayed_row_below_the_floor_goes_out_after_a_rescan(
 
 
 async def test_a_rescan_slice_during_a_round_keeps_the_floor_it_lowered(
-    pg: Backend, pg_store: Store, floors: ClaimFloors
+    pg: Backend, pg_store: Store, floors: ClaimFloors, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rescan runs beside the rounds: a round that read the floors before a slice
     lowered one must not raise it back over the replayed row when it ends."""
@@ -209,15 +209,16 @@ async def test_a_rescan_slice_during_a_round_keeps_the_floor_it_lowered(
         conn.execute(query("postgres", "outbox_replay"), {"ids": [done[0]]})
     store_lowest = pg_store.floor_lowest
 
-    async def lowest_with_a_sweep_between(base: Any) -> dict[int, int | None]:
+    async def lowest_with_a_sweep_between(base: Mapping[int, int]) -> dict[int, int | None]:
         found = await store_lowest(base)
         await sweep(floors)  # lands while the round waits for its statement
         return found
 
-    pg_store.floor_lowest = lowest_with_a_sweep_between  # type: ignore[method-assign]
+    # The real statement; the sweep is only timed to land inside the round.
+    monkeypatch.setattr(pg_store, "floor_lowest", lowest_with_a_sweep_between)
     assert await floors.run_once()
     assert floors.floors[SHARD] == done[0] - 1
-    pg_store.floor_lowest = store_lowest  # type: ignore[method-assign]
+    monkeypatch.undo()
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [done[0]]
 
 
