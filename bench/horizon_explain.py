@@ -38,6 +38,7 @@ from bench.markdown_table import markdown_table  # noqa: E402
 from outbox_core.queries import query  # noqa: E402
 from producer_lib import migrate  # noqa: E402
 from relay.control.floors import RESCAN_SLICES  # noqa: E402
+from relay.store.protocol import UNBOUNDED_BYTES  # noqa: E402
 
 Q = load_sql("horizon_explain.sql")
 SHARDS = 16
@@ -61,7 +62,14 @@ def buffers(plan: dict[str, Any]) -> int:
 
 
 def claim_params(floors: list[int]) -> dict[str, Any]:
-    return {"shards": list(range(SHARDS)), "floors": floors, "limit": BATCH, "in_flight": []}
+    return {
+        "shards": list(range(SHARDS)),
+        "floors": floors,
+        "limit": BATCH,
+        "in_flight": [],
+        "held_keys": [],
+        "shard_bytes": UNBOUNDED_BYTES,
+    }
 
 
 def settle_params(ids: list[int]) -> dict[str, Any]:

@@ -304,12 +304,8 @@ SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
 -- each shard's from its claim floor (so not through the dead entries an old snapshot
 -- keeps); the oldest pending row is found per shard through the same index.
 SELECT
-    (SELECT count(*) FROM {{claim_shards}}
-     JOIN outbox_events e ON e.shard = s.shard {{above_floor}}
-     WHERE e.published_at IS NULL AND e.status = 'pending'),
-    (SELECT count(*) FROM {{claim_shards}}
-     JOIN outbox_events e ON e.shard = s.shard {{above_floor}}
-     WHERE e.published_at IS NULL AND e.status = 'parked'),
+    (SELECT count(*) FROM {{backlog_rows}} WHERE e.status = 'pending'),
+    (SELECT count(*) FROM {{backlog_rows}} WHERE e.status = 'parked'),
     (SELECT coalesce(extract(epoch FROM now() - min(o.created_at))::float8, 0)
      FROM outbox_events o
      WHERE o.id IN (
@@ -320,10 +316,21 @@ SELECT
      ));
 
 -- fragment: backlog_rows
--- Above the floors: below one every row is published, so nothing there is counted, and a
--- walk from the bottom stepped over every dead entry an old snapshot keeps.
+-- Each shard's unpublished rows above its floor: below one every row is published, so
+-- nothing there is counted, and a walk from the bottom stepped over every dead entry an
+-- old snapshot keeps. One walk of the (shard, id) index per shard, as the claim's: as a
+-- plain join, once the statistics knew the table (after an ANALYZE), the planner hashed
+-- the shards and scanned every shard's entries, the floor a mere filter (134,000 buffers
+-- at 200,000 dead rows instead of 48). OFFSET 0 keeps the subquery from being flattened
+-- into that join.
 {{claim_shards}}
-JOIN outbox_events e ON e.shard = s.shard {{above_floor}}
+CROSS JOIN LATERAL (
+    SELECT e.id, e.tenant, e.status, e.created_at, e.published_at
+    FROM outbox_events e
+    WHERE e.shard = s.shard {{above_floor}}
+      AND e.published_at IS NULL
+    OFFSET 0
+) AS e
 
 -- name: outbox_backlog_by_tenant
 {{tenants_by_pending(rows=backlog_rows)}}
