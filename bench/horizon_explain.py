@@ -37,12 +37,11 @@ from bench.database import admin, load_sql, with_database  # noqa: E402
 from bench.markdown_table import markdown_table  # noqa: E402
 from outbox_core.queries import query  # noqa: E402
 from producer_lib import migrate  # noqa: E402
-from relay.control.floors import RESCAN_SLICES  # noqa: E402
-from relay.store.protocol import UNBOUNDED_BYTES  # noqa: E402
 
 Q = load_sql("horizon_explain.sql")
 SHARDS = 16
 BATCH = 500
+RESCAN_SLICES = 60  # the slices of one rescan sweep (relay/control/floors.py)
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -68,7 +67,7 @@ def claim_params(floors: list[int]) -> dict[str, Any]:
         "limit": BATCH,
         "in_flight": [],
         "held_keys": [],
-        "shard_bytes": UNBOUNDED_BYTES,
+        "shard_bytes": 2**62,  # no byte bound, as bench/outbox_bloat.py
     }
 
 
