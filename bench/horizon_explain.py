@@ -8,7 +8,8 @@ open. For each level of dead rows (rows published after that snapshot, which vac
 remove), a fresh backlog of 500 rows a shard is loaded, and the plain claim of every shard
 (batch 500) and the retention=keep settle of one shard's 500 rows are run under
 EXPLAIN (ANALYZE, BUFFERS); then the backlog is published and the claim explained again,
-empty (the idle probe). The claim is explained as the relay runs it, with the claim
+empty (the idle probe), with the statements beside the cycle that walk unpublished entries
+(the backlog gauges, the floors' rescan). The claim is explained as the relay runs it, with the claim
 floors the relay would have computed (`floored`) and with every floor at 0 (`unfloored`).
 Prints the buffers and times, and the plans with --plans.
 
@@ -40,6 +41,7 @@ from producer_lib import migrate  # noqa: E402
 Q = load_sql("horizon_explain.sql")
 SHARDS = 16
 BATCH = 500
+RESCAN_SLICES = 60  # the slices of one rescan sweep (relay/control/floors.py)
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -64,8 +66,8 @@ def claim_params(floors: list[int]) -> dict[str, Any]:
         "floors": floors,
         "limit": BATCH,
         "in_flight": [],
-        "shard_bytes": 2**62,  # no byte budget: rows decide, as in the claims compared
         "held_keys": [],
+        "shard_bytes": 2**62,  # no byte bound, as bench/outbox_bloat.py
     }
 
 
@@ -98,6 +100,33 @@ def floors_now(conn: Conn) -> list[int]:
         low = lowest[shard]
         floors.append(last if low is None else min(last, low - 1))
     return floors
+
+
+def side_statements(conn: Conn, floors: list[int]) -> dict[str, dict[str, Any]]:
+    """The relay's statements beside the cycle that walk unpublished entries: the backlog
+    gauges (floored as the relay runs them, and the per-tenant one unfloored, as it was),
+    the floors' rescan as one walk from the bottom (as it was) and as one slice of the
+    sweep (relay/control/floors.py, RESCAN_SLICES)."""
+    shards = list(range(SHARDS))
+    gauge = {"shard_count": SHARDS, "shards": shards, "floors": floors}
+    tenants = {"top": 10, "shards": shards, "floors": floors}
+    top = max(floors)
+    first_slice = min(top, -(-top // RESCAN_SLICES))
+    return {
+        "backlog gauge floored": explain(conn, "outbox_backlog", gauge),
+        "tenant gauge unfloored": explain(
+            conn, "outbox_backlog_by_tenant", {**tenants, "floors": [0] * SHARDS}
+        ),
+        "tenant gauge floored": explain(conn, "outbox_backlog_by_tenant", tenants),
+        "rescan from the bottom": explain(
+            conn, "outbox_floor_lowest", {"shards": shards, "floors": [0] * SHARDS}
+        ),
+        "rescan slice": explain(
+            conn,
+            "outbox_floor_rescan",
+            {"shards": shards, "low": 0, "high": [min(first_slice, f) for f in floors]},
+        ),
+    }
 
 
 def run(levels: list[int], show_plans: bool) -> None:
@@ -154,6 +183,7 @@ def run(levels: list[int], show_plans: bool) -> None:
                     "empty claim floored": explain(
                         conn, "outbox_claim_batch", claim_params(floors_now(conn))
                     ),
+                    **side_statements(conn, floors_now(conn)),
                 }
                 for what, plan in plans.items():
                     rows.append(

@@ -16,12 +16,17 @@ transaction that had ended or was listed. Once every listed one has ended, a sta
 started afterwards sees every row at or below the mark that will ever exist; a floor
 below both the mark and the shard's lowest unpublished id then hides nothing a claim
 could take. The one way back below a floor is an operator replay (a published row made
-pending again): every rescan_s a round looks for the lowest unpublished id from the
-bottom, so a replayed row waits at most that long.
+pending again). A rescan beside the rounds sweeps the ids below the floors in slices,
+one sweep per rescan_s, and lowers a shard's floor below any unpublished row it finds:
+lowering a floor is always safe, and a slice crosses only its own dead entries, so the
+sweep never holds the rounds still nor spends seconds of a backend at once while an old
+snapshot keeps every published row's entry. A replayed row waits about rescan_s (twice
+that at most: replayed in a slice the sweep was just reading).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import ClassVar
@@ -35,6 +40,11 @@ from relay.errors import StoreUnavailable
 from relay.store import FloorMark, Store
 
 log = logging.getLogger("relay.floors")
+
+# Slices per sweep of the rescan: the dead entries below the floors (every published row's
+# while an old snapshot is open) are crossed a sixtieth at a time, one slice every
+# rescan_s / RESCAN_SLICES.
+RESCAN_SLICES = 60
 
 
 class FloorSettings(SettingsGroup):
@@ -50,8 +60,9 @@ class FloorSettings(SettingsGroup):
     rescan_s: float = Field(
         default=60.0,
         gt=0,
-        description="How often a floor round looks for unpublished rows from the bottom of "
-        "each shard: the longest a replayed row (outbox-relay replay) waits to go out.",
+        description="How long one sweep of the ids below the claim floors takes, looking "
+        "for rows made pending again (outbox-relay replay): about the longest a replayed "
+        "row waits to go out.",
     )
 
 
@@ -71,7 +82,7 @@ class ClaimFloors:
         self._sup = supervisor
         self._mark: FloorMark | None = None
         self._floors: dict[int, int] = {}
-        self._rescanned = time.monotonic()
+        self._cursor = 0  # the rescan's: the ids at or below it are swept
 
     @property
     def floors(self) -> dict[int, int]:
@@ -96,7 +107,7 @@ class ClaimFloors:
         if last is None:
             self._mark = None
             return moved
-        if self._mark is None and self._settled(last) and not self._rescan_due():
+        if self._mark is None and self._settled(last):
             return moved  # every shard's floor is the last id drawn: nothing to move
         self._mark = FloorMark(last, await self._store.floor_writers())
         return moved
@@ -105,13 +116,9 @@ class ClaimFloors:
         floors = self._floors
         return len(floors) == self.shard_count and all(f == last for f in floors.values())
 
-    def _rescan_due(self) -> bool:
-        return time.monotonic() - self._rescanned >= self.settings.rescan_s
-
     async def _apply(self, mark: FloorMark) -> None:
         shards = range(self.shard_count)
-        rescan = self._rescan_due()
-        base = {s: 0 if rescan else self._floors.get(s, 0) for s in shards}
+        base = {s: self._floors.get(s, 0) for s in shards}
         lowest = await self._store.floor_lowest(base)
         floors = {}
         for shard in shards:
@@ -119,13 +126,45 @@ class ClaimFloors:
             floors[shard] = max(
                 base[shard], mark.last_id if low is None else min(mark.last_id, low - 1)
             )
+            # A rescan slice that lowered the floor meanwhile found a row below base.
+            now = self._floors.get(shard, 0)
+            if now < base[shard]:
+                floors[shard] = min(floors[shard], now)
         if not self._floors:
             # Once per process: that claims skip published rows from here on.
             log.info("claim floors set", extra={"lowest_floor": min(floors.values(), default=0)})
+        self._set(floors)
+
+    def _set(self, floors: dict[int, int]) -> None:
         self._floors = floors
         self._store.set_claim_floors(floors)
-        if rescan:
-            self._rescanned = time.monotonic()
+
+    async def rescan_once(self) -> None:
+        """One slice of the sweep below the floors: the next ids above the cursor, a
+        RESCAN_SLICES-th of the highest floor; a shard's floor goes below an unpublished
+        row found there."""
+        if not self._floors:
+            return
+        top = max(self._floors.values())
+        if self._cursor >= top:
+            self._cursor = 0
+        if top <= 0:
+            return
+        low = self._cursor
+        high = min(top, low + -(-top // RESCAN_SLICES))
+        bounds = {s: min(high, f) for s, f in self._floors.items()}
+        found = await self._store.floor_unpublished_between(low, bounds)
+        lowered = dict(self._floors)
+        for shard, row in found.items():
+            if row is not None and shard in lowered:
+                lowered[shard] = min(lowered[shard], row - 1)
+        if lowered != self._floors:
+            log.info(
+                "claim floors lowered to rows made pending again",
+                extra={"shards": sorted(s for s in lowered if lowered[s] < self._floors[s])},
+            )
+            self._set(lowered)
+        self._cursor = high
 
     def forget(self) -> None:
         """After a failed round: the next one starts over from a new mark."""
@@ -145,10 +184,24 @@ class ClaimFloors:
                 warned[0] = time.monotonic()
                 log.warning("claim floor round failed", extra={"error": str(exc)})
 
-        await every(
-            self._sup,
-            self.settings.interval_s,
-            self.run_once,
-            failed=failed,
-            errors=(StoreUnavailable,),
+        def rescan_failed(exc: Exception) -> None:
+            # The next slice tries again; the floors stay where they are meanwhile.
+            log.debug("claim floor rescan failed", extra={"error": str(exc)})
+
+        # Apart from the rounds: a slice of the sweep never holds the floors still.
+        await asyncio.gather(
+            every(
+                self._sup,
+                self.settings.interval_s,
+                self.run_once,
+                failed=failed,
+                errors=(StoreUnavailable,),
+            ),
+            every(
+                self._sup,
+                self.settings.rescan_s / RESCAN_SLICES,
+                self.rescan_once,
+                failed=rescan_failed,
+                errors=(StoreUnavailable,),
+            ),
         )

@@ -67,7 +67,9 @@ class Gauges:
         backlog = await self._store.backlog(self.shard_count)
         self._observer.backlog(backlog)
         if self.settings.tenant_top:
-            by_tenant = await self._store.backlog_by_tenant(self.settings.tenant_top)
+            by_tenant = await self._store.backlog_by_tenant(
+                self.settings.tenant_top, self.shard_count
+            )
             self._observer.tenant_backlog(by_tenant)
         return backlog
 

@@ -255,6 +255,13 @@ class Store(Protocol):
         """Each shard's lowest unpublished id above its floor (None: none)."""
         ...
 
+    async def floor_unpublished_between(
+        self, low: int, high: Mapping[int, int]
+    ) -> dict[int, int | None]:
+        """Each shard's lowest unpublished id above low and at or below its high
+        (None: none): one slice of the rescan below the floors."""
+        ...
+
     async def horizon(self) -> list[HorizonHolder]:
         """The oldest of each kind of what holds the database's vacuum horizon back
         (Postgres; nothing on SQLite)."""
@@ -264,7 +271,8 @@ class Store(Protocol):
         """Pending and parked counts and the oldest pending age, cheap enough to poll."""
         ...
 
-    async def backlog_by_tenant(self, top: int) -> list[TenantBacklog]:
+    async def backlog_by_tenant(self, top: int, shard_count: int) -> list[TenantBacklog]:
         """Pending rows and oldest pending age of the top tenants by pending rows, and of
-        the rest together: a bounded set, for gauges."""
+        the rest together: a bounded set, for gauges (Postgres: counted above the claim
+        floors, like backlog)."""
         ...

@@ -293,6 +293,13 @@ class SqlStore:
         rows = await self._run(Statement("outbox_floor_lowest", params), control=True)
         return {int(s): None if low is None else int(low) for s, low in rows}
 
+    async def floor_unpublished_between(
+        self, low: int, high: Mapping[int, int]
+    ) -> dict[int, int | None]:
+        params = {"shards": list(high), "low": low, "high": list(high.values())}
+        rows = await self._run(Statement("outbox_floor_rescan", params), control=True)
+        return {int(s): None if found is None else int(found) for s, found in rows}
+
     async def horizon(self) -> list[HorizonHolder]:
         if self.dialect != "postgres":
             return []
@@ -309,8 +316,11 @@ class SqlStore:
         rows = await self._run(Statement("outbox_backlog", params), control=True)
         return Backlog.from_row(rows[0])
 
-    async def backlog_by_tenant(self, top: int) -> list[TenantBacklog]:
-        rows = await self._run(Statement("outbox_backlog_by_tenant", {"top": top}), control=True)
+    async def backlog_by_tenant(self, top: int, shard_count: int) -> list[TenantBacklog]:
+        shards = list(range(shard_count))
+        floors = [self._floors.get(shard, 0) for shard in shards]
+        params = {"top": top, "shards": shards, "floors": floors}
+        rows = await self._run(Statement("outbox_backlog_by_tenant", params), control=True)
         return [TenantBacklog.from_row(r) for r in rows]
 
     async def lease_list(self) -> list[Lease]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from outbox_core.queries import query
 from outbox_core.supervisor import Supervisor
 from producer_lib import Outbox
-from relay.control.floors import ClaimFloors, FloorSettings
+from relay.control.floors import RESCAN_SLICES, ClaimFloors, FloorSettings
 from relay.control.horizon import Horizon, HorizonSettings
 from relay.ops.observer import RelayObserver
 from relay.store import Store
@@ -137,6 +137,18 @@ async def test_an_old_read_only_snapshot_does_not_hold_the_floor(
         holder.rollback()
 
 
+async def test_a_running_vacuum_does_not_hold_the_floor(
+    pg: Backend, pg_store: Store, floors: ClaimFloors, open_writer: psycopg.Connection[Any]
+) -> None:
+    """VACUUM and ANALYZE insert nothing: their lock on the table is no writer's."""
+    (a,) = keys_on_shard(SHARD, 1)
+    open_writer.execute(pg.sql("outbox_lock_as_vacuum"))
+    done = emit(pg, event(a), event(a))
+    await publish_all(pg_store)
+    assert (await rounds(floors))[SHARD] == max(done)
+    open_writer.rollback()
+
+
 async def test_a_prepared_transaction_holds_the_floor(
     pg: Backend, pg_store: Store, floors: ClaimFloors, open_writer: psycopg.Connection[Any]
 ) -> None:
@@ -156,22 +168,114 @@ async def test_a_prepared_transaction_holds_the_floor(
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [prepared]
 
 
+async def sweep(floors: ClaimFloors) -> None:
+    """One whole sweep of the rescan below the floors."""
+    for _ in range(RESCAN_SLICES):
+        await floors.rescan_once()
+
+
 async def test_a_replayed_row_below_the_floor_goes_out_after_a_rescan(
-    pg: Backend, pg_store: Store
+    pg: Backend, pg_store: Store, floors: ClaimFloors
 ) -> None:
-    sup = Supervisor(logging.getLogger("test"))
-    settings = FloorSettings(rescan_s=0.2)
-    floors = ClaimFloors(settings, shard_count=SHARD_COUNT, store=pg_store, supervisor=sup)
     (a,) = keys_on_shard(SHARD, 1)
     done = emit(pg, *(event(a) for _ in range(5)))
     await publish_all(pg_store)
     assert (await rounds(floors))[SHARD] == max(done)
     with psycopg.connect(pg.target, autocommit=True) as conn:
         conn.execute(query("postgres", "outbox_replay"), {"ids": [done[1]]})
-    await asyncio.sleep(settings.rescan_s)
+    await sweep(floors)
+    assert floors.floors[SHARD] == done[1] - 1
+    # The rounds after it keep the floor below the replayed row until it is published.
     await rounds(floors)
     assert floors.floors[SHARD] == done[1] - 1
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [done[1]]
+    await publish_all(pg_store)
+    assert (await rounds(floors))[SHARD] == max(done)
+
+
+async def test_a_rescan_slice_during_a_round_keeps_the_floor_it_lowered(
+    pg: Backend, pg_store: Store, floors: ClaimFloors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rescan runs beside the rounds: a round that read the floors before a slice
+    lowered one must not raise it back over the replayed row when it ends."""
+    (a,) = keys_on_shard(SHARD, 1)
+    done = emit(pg, *(event(a) for _ in range(5)))
+    await publish_all(pg_store)
+    assert (await rounds(floors))[SHARD] == max(done)
+    emit(pg, event(a))  # a mark for the next round to apply
+    await publish_all(pg_store)
+    await floors.run_once()
+    with psycopg.connect(pg.target, autocommit=True) as conn:
+        conn.execute(query("postgres", "outbox_replay"), {"ids": [done[0]]})
+    store_lowest = pg_store.floor_lowest
+
+    async def lowest_with_a_sweep_between(base: Mapping[int, int]) -> dict[int, int | None]:
+        found = await store_lowest(base)
+        await sweep(floors)  # lands while the round waits for its statement
+        return found
+
+    # The real statement; the sweep is only timed to land inside the round.
+    monkeypatch.setattr(pg_store, "floor_lowest", lowest_with_a_sweep_between)
+    assert await floors.run_once()
+    assert floors.floors[SHARD] == done[0] - 1
+    monkeypatch.undo()
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [done[0]]
+
+
+def held_buffers(url: str, name: str, params: dict[str, Any]) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        (doc,) = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("postgres", name), params
+        ).fetchone() or (None,)
+    plan = doc[0]["Plan"]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+async def test_the_backlog_gauges_walk_only_above_the_floors_under_an_old_snapshot(
+    pg: Backend, pg_store: Store, floors: ClaimFloors
+) -> None:
+    """An old snapshot keeps every published row's index entry; the backlog gauges count
+    above the floors, so what they read stays flat while those grow (without floors they
+    read every one of them)."""
+
+    def buffers(floored: bool) -> int:
+        by_shard = floors.floors if floored else dict.fromkeys(range(SHARD_COUNT), 0)
+        params = {
+            "top": 10,
+            "shard_count": SHARD_COUNT,
+            "shards": list(by_shard),
+            "floors": list(by_shard.values()),
+        }
+        return held_buffers(pg.target, "outbox_backlog_by_tenant", params) + held_buffers(
+            pg.target, "outbox_backlog", params
+        )
+
+    def publish(rows: int) -> None:
+        pg.execute("outbox_fill", {"rows": rows})
+        top = int(pg.fetch("outbox_id_quantile", {"q": 1.0})[0][0])
+        pg.execute("outbox_mark_published_below", {"below": top + 1})
+        # Statistics that know the table: a plain join then hashed every shard's entries.
+        pg.execute("outbox_analyze")
+
+    with psycopg.connect(pg.target) as holder:
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute(pg.sql("snapshot_open")).fetchall()
+        publish(2_000)
+        await rounds(floors)
+        first, first_unfloored = buffers(True), buffers(False)
+        publish(30_000)
+        await rounds(floors)
+        later, later_unfloored = buffers(True), buffers(False)
+        holder.rollback()
+    assert later_unfloored > first_unfloored + 5_000  # the dead entries are there
+    assert later - first < (later_unfloored - first_unfloored) / 100, (first, later)
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == []
+
+
+async def test_rescan_bounds_of_any_value_are_only_compared(pg_store: Store) -> None:
+    big = 2**63 - 1
+    assert await pg_store.floor_unpublished_between(-big - 1, {SHARD: big}) == {SHARD: None}
+    assert await pg_store.floor_unpublished_between(big, {SHARD: -big - 1}) == {SHARD: None}
 
 
 async def test_a_cached_sequence_proves_nothing_and_moves_no_floor(

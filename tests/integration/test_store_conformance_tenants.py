@@ -252,16 +252,16 @@ async def test_backlog_by_tenant_names_the_top_tenants_and_sums_the_rest(
     emit(backend, *(event(k, tenant="B") for _ in range(3)))
     emit(backend, *(event(k) for _ in range(4)))
     emit(backend, event(k, tenant="C"), event(k, tenant="D"))
-    (everyone,) = await store.backlog_by_tenant(0)
+    (everyone,) = await store.backlog_by_tenant(0, 16)
     assert (everyone.tenant, everyone.other, everyone.pending) == (None, True, 14)
-    top = await store.backlog_by_tenant(2)
+    top = await store.backlog_by_tenant(2, 16)
     assert [(t.tenant, t.other, t.pending) for t in top] == [
         ("A", False, 5),
         (None, False, 4),
         (None, True, 5),
     ]
     assert all(0.0 <= t.oldest_pending_age_s < 60 for t in top)
-    every = await store.backlog_by_tenant(10)
+    every = await store.backlog_by_tenant(10, 16)
     assert [(t.tenant, t.other, t.pending) for t in every] == [
         ("A", False, 5),
         (None, False, 4),

@@ -33,16 +33,17 @@
 -- name: outbox_claim_batch_fair_skip
 {{claim_by_turns(rule=nothing)}};
 
--- fragment: tenants_by_pending
+-- fragment: tenants_by_pending(rows)
 -- For the per-tenant gauges: pending rows and the oldest one's age of the `top` tenants
 -- with the most pending rows (tenant NULL: the untenanted rows, other false), and the
 -- rest summed into one row (other true), so the label set stays bounded. One pass over
--- the unpublished rows per refresh, never per scrape.
+-- the unpublished rows per refresh, never per scrape. rows: where the outbox's rows `e`
+-- are read from (Postgres: above each shard's claim floor, where every row is published).
 WITH per_tenant AS (
-    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
-    FROM outbox_events
-    WHERE published_at IS NULL AND status = 'pending'
-    GROUP BY tenant
+    SELECT e.tenant, count(*) AS pending, min(e.created_at) AS oldest
+    FROM {{rows}}
+    WHERE e.published_at IS NULL AND e.status = 'pending'
+    GROUP BY e.tenant
 ),
 ranked AS (
     SELECT tenant, pending, oldest,

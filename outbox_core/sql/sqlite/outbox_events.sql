@@ -180,8 +180,11 @@ SELECT
               FROM outbox_events WHERE published_at IS NULL AND status = 'pending'), 0)
     + 0 * :shard_count;
 
+-- fragment: backlog_rows
+outbox_events e
+
 -- name: outbox_backlog_by_tenant
-{{tenants_by_pending}}
+{{tenants_by_pending(rows=backlog_rows)}}
 SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending),
        (julianday('now') - julianday(min(oldest))) * 86400.0
 FROM ranked

@@ -150,6 +150,10 @@ ALTER SEQUENCE outbox_events_id_seq CACHE 20;
 -- the outbox.
 SELECT count(*) FROM outbox_settings;
 
+-- name: outbox_lock_as_vacuum
+-- The lock VACUUM and ANALYZE hold on the table while they run (run in a transaction).
+LOCK TABLE outbox_events IN SHARE UPDATE EXCLUSIVE MODE;
+
 -- name: transaction_prepare
 PREPARE TRANSACTION 'outbox-floor-test';
 
