@@ -118,7 +118,11 @@ class RelayService:
             standing_by=standby,
         )
         self.floors = ClaimFloors(
-            s.claim_floors, shard_count=s.shard_count or 0, store=store, supervisor=sup
+            s.claim_floors,
+            shard_count=s.shard_count or 0,
+            store=store,
+            supervisor=sup,
+            standing_by=standby,
         )
         self.horizon = Horizon(s.horizon, store=store, observer=self.observer, supervisor=sup)
         self.ops: OpsServer | None = None

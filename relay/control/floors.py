@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from pydantic import Field
@@ -74,8 +75,12 @@ class ClaimFloors:
         shard_count: int,
         store: Store,
         supervisor: Supervisor,
+        standing_by: Callable[[], bool] = lambda: False,
     ) -> None:
         self.settings = settings
+        # A standby claims nothing, so it proves no floors: its rounds would be the
+        # fleet's largest idle cost (ten statements a second each).
+        self._standing_by = standing_by
         # The database's, set again by the service once start-up has read it.
         self.shard_count = shard_count
         self._store = store
@@ -94,6 +99,9 @@ class ClaimFloors:
         up to what it proves (else wait for them); then take a new mark, unless every
         floor is already the last id drawn (an idle outbox costs one statement a round).
         Returns whether the floors were set."""
+        if self._standing_by():
+            self._stand_by()
+            return False
         moved = False
         mark = self._mark
         if mark is not None:
@@ -143,6 +151,9 @@ class ClaimFloors:
         """One slice of the sweep below the floors: the next ids above the cursor, a
         RESCAN_SLICES-th of the highest floor; a shard's floor goes below an unpublished
         row found there."""
+        if self._standing_by():
+            self._stand_by()
+            return
         if not self._floors:
             return
         top = max(self._floors.values())
@@ -165,6 +176,12 @@ class ClaimFloors:
             )
             self._set(lowered)
         self._cursor = high
+
+    def _stand_by(self) -> None:
+        # Unproven from here: once active again, claims start at 0 until a round ends.
+        self._mark = None
+        if self._floors:
+            self._set({})
 
     def forget(self) -> None:
         """After a failed round: the next one starts over from a new mark."""

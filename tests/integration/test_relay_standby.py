@@ -30,7 +30,15 @@ SHARD_COUNT = 16  # what the migrations record
 def counted_store(settings: Any, calls: Counter[str]) -> Store:
     """The relay's own store, each of its statements' methods counted as it is called."""
     store = make_store(settings.database)
-    names = ("claim", "settle", "lease_acquire", "lease_renew", "replica_heartbeat")
+    names = (
+        "claim",
+        "settle",
+        "lease_acquire",
+        "lease_renew",
+        "replica_heartbeat",
+        "floor_last_id",
+        "floor_unpublished_between",
+    )
     for name in (*names, "purge", "backlog"):
         method: Callable[..., Awaitable[Any]] = getattr(store, name)
 
@@ -73,6 +81,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             # The fleet-wide rounds (gauges, purge) ran at most once, before the standby's
             # first lease round told it it stands by.
             fleet_rounds = (calls["backlog"], calls["purge"])
+            floor_rounds = calls["floor_last_id"] + calls["floor_unpublished_between"]
             assert max(fleet_rounds) <= 1, calls
             emit(backend, *(event(f"k{i}") for i in range(50)))
             await wait_drained(backend, 30)
@@ -84,6 +93,8 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             assert calls["lease_renew"] == 0, calls
             assert calls["replica_heartbeat"] >= 8
             assert (calls["backlog"], calls["purge"]) == fleet_rounds, calls
+            # Nor the claim floors' rounds (ten a second on an active relay).
+            assert calls["floor_last_id"] + calls["floor_unpublished_between"] == floor_rounds
             assert (standby.stats.probes, standby.stats.claims, standby.stats.settles) == (0, 0, 0)
             assert active.stats.published == 50
             assert active.stats.probes > 0
@@ -97,6 +108,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             await until(lambda: calls["backlog"] > fleet_rounds[0], "the active's gauges")
             assert calls["claim"] > 0
             assert calls["settle"] > 0
+            assert calls["floor_last_id"] > 0  # the floors' rounds, once it is active
     finally:
         active.stop()
         await asyncio.wait_for(task, 60)
