@@ -568,22 +568,36 @@ def test_the_relay_keeps_its_guarantees_over_random_histories(
     run_state_machine_as_test(machine, settings=hypothesis_settings(full_size))
 
 
-def _forgetful_settling(
-    self: KeyOrder, published: list[ClaimedRow], failed: list[ClaimedRow]
-) -> None:
-    self._in_flight = [row.id for row in [*published, *failed]]
-    self._unrecorded = set()
+_PLAN = KeyOrder.plan
+
+
+def _plan_forgetting_refused_keys(
+    self: KeyOrder,
+    rows: list[ClaimedRow],
+    records: list[OutgoingRecord],
+    oversized: dict[int, int],
+    limit: int,
+    malformed: dict[int, str] | None = None,
+) -> Any:
+    plan = _PLAN(self, rows, records, oversized, limit, malformed)
+    refused = {rows[i].key for i in oversized}
+    for i, row in enumerate(rows):
+        if row.key in refused and i not in oversized and row not in plan.sending:
+            plan.sending.append(row)  # the bug: sent although an earlier row was refused
+            plan.records.append(records[i])
+            plan.held_back -= 1
+    return plan
 
 
 def test_a_planted_ordering_bug_is_found(
     sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The planted bug: KeyOrder forgets, while a batch's settle is in flight, which keys
-    had a failure in it, so the next claim (which runs before that failure is recorded)
-    may send a later row of such a key ahead of the failed one's retry. The machine must
-    find a history where an event reaches the publisher before an earlier one of its key.
-    On SQLite only: KeyOrder is the same on both, and SQLite's histories run faster."""
-    monkeypatch.setattr(KeyOrder, "settling", _forgetful_settling)
+    """The planted bug: KeyOrder.plan forgets the key of a row it refuses for its size, so
+    the later rows of that key in the same claim go out while the refused one is parked.
+    The machine must find a history where an event reaches the publisher before an
+    earlier one of its key. On SQLite only: KeyOrder is the same on both, and SQLite's
+    histories run faster."""
+    monkeypatch.setattr(KeyOrder, "plan", _plan_forgetting_refused_keys)
     find = hypothesis_settings(
         False, max_examples=400, phases=[Phase.generate], report_multiple_bugs=False
     )
