@@ -7,7 +7,8 @@ read at all."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -90,6 +91,23 @@ async def drain(step: Step, shard: int, token: int, steps: int = 20) -> list[Bat
     raise AssertionError(f"not drained in {steps} steps: {outcomes}")
 
 
+@asynccontextmanager
+async def leased_step(
+    backend: Backend, kafka_bootstrap: str, publisher_type: type[KafkaPublisher] = KafkaPublisher
+) -> AsyncIterator[tuple[Step, int]]:
+    """A step with a 100,000-byte budget on a real publisher, and shard A's lease token."""
+    settings = relay_settings(backend, kafka_bootstrap, claim_max_bytes=100_000)
+    publisher = publisher_type(settings.kafka, settings.kafka_security.resolve())
+    await publisher.start()
+    try:
+        async with opened_store(backend) as store:
+            token = await store.lease_acquire(A, settings.leases.replica_id, 30)
+            assert token is not None
+            yield Step(settings.batch_rules(), store=store, publisher=publisher), token
+    finally:
+        await publisher.stop()
+
+
 async def test_the_budget_cuts_a_key_s_run_and_the_key_s_order_holds(
     backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
@@ -107,17 +125,8 @@ async def test_the_budget_cuts_a_key_s_run_and_the_key_s_order_holds(
         event(k, topic=topic, payload=blob(4, 40_000)),
         event(j, topic=topic, payload=blob(2, 1_000)),
     )
-    settings = relay_settings(backend, kafka_bootstrap, claim_max_bytes=100_000)
-    publisher = KafkaPublisher(settings.kafka, settings.kafka_security.resolve())
-    await publisher.start()
-    try:
-        async with opened_store(backend) as store:
-            token = await store.lease_acquire(A, settings.leases.replica_id, 30)
-            assert token is not None
-            step = Step(settings.batch_rules(), store=store, publisher=publisher)
-            outcomes = await drain(step, A, token)
-    finally:
-        await publisher.stop()
+    async with leased_step(backend, kafka_bootstrap) as (step, token):
+        outcomes = await drain(step, A, token)
     # K1 K2 | J1 alone | K3 K4 J2: the cut never takes a later row of a key without the
     # earlier ones, and each claim held at most the budget but for the lone large event.
     assert [(o.claimed, o.published) for o in outcomes] == [(2, 2), (1, 1), (3, 3)]
@@ -147,9 +156,9 @@ class FirstCallRefused(KafkaPublisher):
 async def test_the_claim_made_beside_the_acks_leaves_out_their_keys(
     backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
-    """A full claim's acks are awaited while the next claim is made: that claim leaves out
-    every key in flight, so K2 never goes out while K1's failure is still unknown to the
-    database; M's rows go beside them."""
+    """A claim its byte budget cut has its acks awaited while the next claim is made:
+    that claim leaves out every key in flight, so K2 never goes out while K1's failure is
+    still unknown to the database; M's rows go beside them."""
     topic = await new_topic("claimahead")
     k, j, m = keys_on_shard(A, 3)
     k1, j1, m1, k2, m2 = emit(
@@ -160,21 +169,12 @@ async def test_the_claim_made_beside_the_acks_leaves_out_their_keys(
         event(k, topic=topic, payload=blob(2, 1_000)),
         event(m, topic=topic, payload=blob(2, 1_000)),
     )
-    settings = relay_settings(backend, kafka_bootstrap, claim_max_bytes=100_000)
-    publisher = FirstCallRefused(settings.kafka, settings.kafka_security.resolve())
-    await publisher.start()
-    try:
-        async with opened_store(backend) as store:
-            token = await store.lease_acquire(A, settings.leases.replica_id, 30)
-            assert token is not None
-            step = Step(settings.batch_rules(), store=store, publisher=publisher)
-            first = await step.send({A: token}, ahead=True)
-            second = await step.send({A: token}, ahead=True)
-            await step.settled()
-            third = await step.send({A: token}, ahead=True)
-            await step.settled()
-    finally:
-        await publisher.stop()
+    async with leased_step(backend, kafka_bootstrap, FirstCallRefused) as (step, token):
+        first = await step.send({A: token}, ahead=True)
+        second = await step.send({A: token}, ahead=True)
+        await step.settled()
+        third = await step.send({A: token}, ahead=True)
+        await step.settled()
     assert first is not None
     assert second is not None
     assert [r.id for r in first.rows] == [k1, j1]  # a third 40,000 would pass the budget
