@@ -375,6 +375,8 @@ BAD_VALUES = {
     "consumer without an app": ["consumer.enabled=true"],
     "shard count out of range": ["shardCount=0"],
     "a bad port": ["http.port=70000"],
+    "negative active sidecars": ["sidecar.activeReplicas=-1"],
+    "active sidecars not a number": ["sidecar.activeReplicas=one"],
 }
 
 
