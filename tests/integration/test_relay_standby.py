@@ -85,6 +85,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             assert max(fleet_rounds) <= 1, calls
             emit(backend, *(event(f"k{i}") for i in range(50)))
             await wait_drained(backend, 30)
+            await until(lambda: active.stats.published == 50, "the active's 50 published")
             await until(lambda: standby.stats.heartbeats >= 8, "more heartbeats")
             assert standby.pipeline.held == {}
             assert standby.observer.metrics.active._value.get() == 0.0
@@ -104,7 +105,8 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             await until(lambda: len(standby.pipeline.held) == SHARD_COUNT, "the takeover")
             emit(backend, *(event(f"later{i}") for i in range(20)))
             await wait_drained(backend, 30)
-            assert standby.stats.published == 20
+            # The settle's commit comes before the lane records its outcome.
+            await until(lambda: standby.stats.published == 20, "the standby's 20 published")
             await until(lambda: calls["backlog"] > fleet_rounds[0], "the active's gauges")
             assert calls["claim"] > 0
             assert calls["settle"] > 0
