@@ -191,10 +191,7 @@ class RelayService:
             for lane in self.pipeline.lanes:
                 sup.spawn(lane.name, lane.run)
             sup.spawn("purge", self.purger.run)
-            if self.store.dialect == "postgres" and s.database.database_pooler == "none":
-                # Behind a transaction pooler the floors' proof does not hold (a test of
-                # concurrent writers through PgBouncer saw a key's order broken with
-                # them): claims start from the bottom there, as without floors.
+            if self.store.dialect == "postgres":
                 sup.spawn("claim_floors", self.floors.run)
                 sup.spawn("horizon", self.horizon.run)
             if s.notify.listen_notify and self.store.dialect == "postgres":

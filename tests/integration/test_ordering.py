@@ -6,10 +6,13 @@ import asyncio
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 
+from outbox_core.queries import query
 from producer_lib import Outbox
+from relay.store.protocol import UNBOUNDED_BYTES
 from tests.support.db import Backend, postgres_backend
 from tests.support.transactions import async_tx, connect_psycopg2
 
@@ -138,3 +141,55 @@ async def test_postgres_without_the_lock_order_breaks_async(pg_url: str) -> None
         if not _id_order_matches_commit_order(backend):
             return
     pytest.fail("10 unlocked async races never committed out of id order; not a race")
+
+
+CLAIM_PARAMS: dict[str, dict[str, Any]] = {
+    "outbox_claim_batch": {},
+    "outbox_claim_batch_skip": {},
+    "outbox_claim_batch_tenant": {"tenant": ""},
+    "outbox_claim_batch_fair": {
+        "per_tenant": 500,
+        "weight_tenants": [],
+        "weights": [],
+        "only": None,
+        "skip": [],
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLAIM_PARAMS))
+def test_a_claim_takes_a_keys_rows_in_order_whichever_writer_began_first(
+    pg_url: str, name: str
+) -> None:
+    """A writer that begins after the claim's transaction and commits before its statement
+    runs (behind a transaction pooler the claim's transaction begins a round trip early)
+    left a row whose available_at, its writer's now(), is later than the claim's
+    transaction start. That row is due all the same: a claim that took the key's later
+    row, written by a writer that began earlier, without it broke the key's order."""
+    backend = postgres_backend(pg_url)
+    backend.migrate()
+    outbox = Outbox()
+    early, claiming, late = backend.connect(), backend.connect(), backend.connect()
+    try:
+        early.execute("SELECT now()")  # the second row's writer begins first
+        claiming.execute("SELECT now()")  # then the claim's transaction
+        outbox.emit(late, topic="orders", key="k", event_type="E", payload={"n": 1})
+        late.commit()  # the first row: its writer began last
+        outbox.emit(early, topic="orders", key="k", event_type="E", payload={"n": 2})
+        early.commit()
+        params = {
+            "shards": list(range(16)),
+            "floors": [0] * 16,
+            "limit": 500,
+            "in_flight": [],
+            "shard_bytes": UNBOUNDED_BYTES,
+            "held_keys": [],
+            **CLAIM_PARAMS[name],
+        }
+        rows = claiming.execute(query("postgres", name), params).fetchall()
+        claiming.rollback()
+    finally:
+        for conn in (early, claiming, late):
+            conn.close()
+    ids = [int(r[0]) for r in backend.fetch("outbox_rows")]
+    assert [int(r[0]) for r in rows] == ids

@@ -98,6 +98,20 @@ PARTITION BY e.shard ORDER BY e.id
 -- their rows could not go out in this cycle, so they are not read.
 AND e.key <> ALL(%(held_keys)s::text[])
 
+-- fragment: claim_clock
+-- The one moment a claim calls now, read after its snapshot was taken (a CTE is computed
+-- when first read, once). now() would be the start of the claim's transaction, and a
+-- row's available_at is the start of its writer's (now() + delay_s): a writer that began
+-- after the claim's transaction and committed before its snapshot left a visible row
+-- that looked not yet due, so the claim took a later row of its key, due and committed
+-- after it, first. Behind a transaction pooler the claim's transaction begins a round
+-- trip before its statement; directly it begins as the statement is received, before it
+-- is planned. Every committed row the snapshot sees began before this moment.
+claim_clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
+
+-- fragment: claim_now
+(SELECT t FROM claim_clock)
+
 -- fragment: claimable
 -- A row of the claim's shard that may go out now, its key's order aside. Status-based:
 -- never an id cursor, which would skip rows whose transactions commit out of id order.
@@ -105,7 +119,10 @@ AND e.key <> ALL(%(held_keys)s::text[])
 -- claims again while that settle runs); a hashed subplan, so each row costs one lookup.
 e.published_at IS NULL
 AND e.status = 'pending'
-AND e.available_at <= now()
+-- The first comparison is implied by the second (now() is never after the claim's clock);
+-- it is the one the planner can estimate (now() is known when it plans, the clock is
+-- not), so it still expects nearly every row due and walks (shard, id) in id order.
+AND (e.available_at <= now() OR e.available_at <= {{claim_now}})
 AND e.id NOT IN (SELECT unnest(%(in_flight)s::bigint[]))
 
 -- fragment: key_not_blocked
@@ -120,7 +137,7 @@ AND NOT EXISTS (
       -- partial index outbox_events_blocking_idx, which the planner uses only when
       -- a query states it.
       AND (b.status = 'parked' OR b.attempts > 0)
-      AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > now()))
+      AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > {{claim_now}}))
 )
 
 -- fragment: one_tenant
@@ -146,6 +163,7 @@ AND (e.shard, e.id) > (s.shard, s.floor)
 -- The next rows of each given shard, up to limit per shard, each shard's rows in id
 -- order: one statement claims for every shard a relay holds (one index walk per shard,
 -- stopping after limit rows).
+WITH {{claim_clock}}
 SELECT c.* FROM {{claim_shards}}
 CROSS JOIN LATERAL (
     SELECT {{claim_names}} FROM (
@@ -180,7 +198,8 @@ CROSS JOIN LATERAL (
 -- to one tenant, so this is the order of its rows in its tenant's turns too.
 -- only / skip: the tenants of the lane claiming (relay/lanes.py): only NULL takes every
 -- tenant but those in skip.
-WITH RECURSIVE tenants(shard, floor, tenant) AS (
+WITH RECURSIVE {{claim_clock}},
+tenants(shard, floor, tenant) AS (
     SELECT s.shard, s.floor, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
         WHERE e.shard = s.shard AND e.published_at IS NULL
