@@ -70,7 +70,7 @@ def _cpu(procs: list[Proc]) -> float:
     return sum(cpu_seconds(p.pid) or 0.0 for p in procs)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -111,7 +111,7 @@ async def one_fleet(
         env["OUTBOX_ACTIVE_REPLICAS"] = str(args.active_replicas)
         env["OUTBOX_LOG_LEVEL"] = "WARNING"
         env.update(item.split("=", 1) for item in args.env)
-        ports = [_free_port() for _ in range(size)]
+        ports = [free_port() for _ in range(size)]
         for i, port in enumerate(ports):
             procs.append(
                 launch(

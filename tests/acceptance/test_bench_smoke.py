@@ -4,7 +4,8 @@ bench/relay_hot_path.py fakes the relay's store with a class of its own, and a c
 of the Store protocol (the claim's tenant turns) once broke it unnoticed;
 bench/tenant_fairness.py launches relays and writers in every configuration;
 bench/pg_fetch_waits.py counts the event loop's waits by patching it; bench/outbox_bloat.py
-holds a snapshot open beside a relay; bench/large_events.py samples a relay's memory. Each runs here
+holds a snapshot open beside a relay; bench/large_events.py samples a relay's memory; bench/relay_failover.py SIGKILLs the active
+replica of a fleet under load. Each runs here
 against the test services, its output checked for the rows it exists to print.
 """
 
@@ -198,3 +199,21 @@ def test_the_horizon_explain_bench_runs_and_floors_skip_dead_entries(postgres_ad
     assert (
         buffers["16,000", "empty claim floored"] * 10 < buffers["16,000", "empty claim unfloored"]
     )
+
+
+@pytest.mark.timeout(180)
+def test_the_failover_bench_runs_and_loses_nothing(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
+    output = run_bench(
+        [
+            "bench/relay_failover.py",
+            *("--replicas", "2", "--rate", "200", "--seconds", "10", "--kill-at", "3"),
+            *("--lease-ttl-s", "2", "--writers", "2", "--keys", "50", "--partitions", "2"),
+        ],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        170,
+    )
+    assert "SIGKILLed relay-" in output, output
+    assert "after the kill, p99 per window" in output, output
+    assert output.rstrip().endswith("missing 0"), output
