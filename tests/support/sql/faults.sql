@@ -68,3 +68,13 @@ WHERE attempts > 0 OR status <> 'pending' OR published_at IS NOT NULL OR last_er
 -- Valid in both dialects.
 SELECT id, key, status, attempts, published_at IS NOT NULL, coalesce(last_error, '')
 FROM outbox_events ORDER BY id;
+
+-- name: published_partition_bounds
+-- The partitions of outbox_published the relays made (seconds since the epoch), oldest
+-- first; the DEFAULT one is left out.
+SELECT m[1]::bigint, m[2]::bigint
+FROM (SELECT regexp_match(c.relname, '^outbox_published_p([0-9]+)_([0-9]+)$') AS m
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = 'outbox_published'::regclass) AS p
+WHERE m IS NOT NULL
+ORDER BY 1;
