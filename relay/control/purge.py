@@ -16,7 +16,7 @@ from outbox_core.periodic import every
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
 from relay.errors import StoreUnavailable
-from relay.store import Rotation, Store
+from relay.store import Rotated, Rotation, Store
 
 log = logging.getLogger("relay.purge")
 
@@ -87,16 +87,14 @@ class Purger:
         """Purge until a batch comes back short (or stopping); returns the rows removed."""
         s = self.settings
         if s.keep and not self._standing_by():
-            rotated = await self._store.rotate_published(s.rotation)
-            if rotated.created or rotated.dropped or rotated.skipped:
-                log.debug(
-                    "partitions rotated",
-                    extra={
-                        "created": rotated.created,
-                        "dropped": rotated.dropped,
-                        "skipped": rotated.skipped,
-                    },
-                )
+            try:
+                rotated = await self._store.rotate_published(s.rotation)
+            except StoreUnavailable as exc:
+                # The batches below still run: a failed rotation costs its round only (the
+                # DEFAULT partition takes what no partition covers meanwhile).
+                log.warning("partition rotation failed", extra={"error": str(exc)})
+            else:
+                self._rotated(rotated)
         total = 0
         while not self._sup.stopping.is_set() and not self._standing_by():
             removed = await self._store.purge(
@@ -110,6 +108,18 @@ class Purger:
         if total:
             log.debug("purged", extra={"rows": total})
         return total
+
+    @staticmethod
+    def _rotated(rotated: Rotated) -> None:
+        if rotated.created or rotated.dropped or rotated.skipped:
+            log.debug(
+                "partitions rotated",
+                extra={
+                    "created": rotated.created,
+                    "dropped": rotated.dropped,
+                    "skipped": rotated.skipped,
+                },
+            )
 
     async def run(self) -> None:
         def failed(exc: Exception) -> None:

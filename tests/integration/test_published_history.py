@@ -238,3 +238,34 @@ async def test_sqlite_keeps_its_rows_in_outbox_events(backend: Backend, store: S
 def test_a_bad_retention_is_refused_at_config_load(field: str, value: object) -> None:
     with pytest.raises(ValidationError, match=field):
         PurgeSettings.model_validate({field: value})
+
+
+async def test_a_failed_rotation_leaves_the_batches_of_its_round_to_run(
+    pgb: Backend, pg_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await publish(pg_store, pgb, 4)  # no partition yet: into the DEFAULT one
+    pgb.execute("published_rotate_drop")
+    purger = Purger(
+        PurgeSettings(retention_period_s=0.0),
+        store=pg_store,
+        supervisor=Supervisor(logging.getLogger("test")),
+    )
+    with caplog.at_level(logging.WARNING, logger="relay.purge"):
+        assert await purger.run_once() == 4
+    assert "partition rotation failed" in caplog.text
+    assert pgb.fetch("published_rows") == []
+
+
+async def test_rows_an_older_relay_marked_in_place_are_replayed_and_purged(
+    pgb: Backend, pg_store: Store
+) -> None:
+    """A relay from before migration 0005 marks kept rows in outbox_events: replay lists
+    and replays them there, and the purge deletes them after the retention."""
+    keys = keys_on_shard(SHARD, 1)
+    ids = emit(pgb, *(event(keys[0]) for _ in range(3)))
+    pgb.execute("outbox_mark_published_below", {"below": ids[-1] + 1})
+    assert admin.replay_list(pgb.url) == ids
+    assert admin.replay_ids(pgb.url, [ids[0]]).ids == [ids[0]]
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [ids[0]]
+    assert await pg_store.purge(0.0, 3600.0, 100) == 2
+    assert sorted(row_states(pgb)) == [ids[0]]

@@ -65,9 +65,12 @@ SELECT count(*) FROM outbox_events
 WHERE attempts > 0 OR status <> 'pending' OR published_at IS NOT NULL OR last_error IS NOT NULL;
 
 -- name: row_states
--- Valid in both dialects.
+-- Postgres: the rows retention=keep moved into outbox_published are published.
 SELECT id, key, status, attempts, published_at IS NOT NULL, coalesce(last_error, '')
-FROM outbox_events ORDER BY id;
+FROM outbox_events
+UNION ALL
+SELECT id, key, 'pending', attempts, true, coalesce(last_error, '') FROM outbox_published
+ORDER BY 1;
 
 -- name: published_partition_bounds
 -- The partitions of outbox_published the relays made (seconds since the epoch), oldest

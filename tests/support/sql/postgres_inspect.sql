@@ -213,3 +213,15 @@ SELECT count(*) FROM outbox_published;
 -- Ages every row of the DEFAULT partition by a day (as if settled while no partition
 -- covered the time, a day ago).
 UPDATE outbox_published_default SET published_at = published_at - interval '1 day';
+
+-- name: published_rotate_drop
+-- As if `outbox-relay migrate` never installed the rotation (an Alembic-made schema).
+DROP FUNCTION outbox_published_rotate(float8, bigint, bigint, integer);
+
+-- name: outbox_rows_kept
+-- Every committed row, in id order: those still in outbox_events and those retention=keep
+-- moved into outbox_published.
+SELECT id, event_id, topic, key FROM outbox_events
+UNION ALL
+SELECT id, event_id, topic, key FROM outbox_published
+ORDER BY 1;
