@@ -3,8 +3,8 @@
     .venv/bin/python bench/outbox_bloat.py                     # 4 backlogs of 150,000 each mode
     .venv/bin/python bench/outbox_bloat.py --events 20000 --rounds 2   # a quick look
 
-Every published row leaves a dead tuple behind (retention=keep updates published_at;
-retention=delete and the purge delete), which vacuum may not remove while a snapshot older
+Every published row leaves a dead tuple behind in outbox_events (the settle deletes it;
+retention=keep moves it into outbox_published), which vacuum may not remove while a snapshot older
 than it is open anywhere on the server. This bench shows what that does to the relay: for
 each mode ("clean": nothing else open; "held": one REPEATABLE READ transaction that read a
 small table of its own, left open from the start) it makes a private database, starts

@@ -106,9 +106,41 @@ def downgrade_0004(op: Any) -> None:
     op.drop_constraint("outbox_events_headers_check", "outbox_events", type_="check")
 
 
+def upgrade_0005(op: Any) -> None:
+    """0005_published_history: retention=keep's published rows move to outbox_published,
+    partitioned by publish time. Its DEFAULT partition and the function that rotates the
+    partitions are made by `outbox-relay migrate` (Alembic has no operation for either).
+    Rows already marked published stay in outbox_events, where the purge removes them
+    after the retention as before (the SQL migration moves them instead)."""
+    op.create_table(
+        "outbox_published",
+        sa.Column("id", sa.BigInteger(), nullable=False),
+        sa.Column("event_id", postgresql.UUID(as_uuid=True), nullable=False),
+        sa.Column("topic", sa.Text(), nullable=False),
+        sa.Column("key", sa.Text(), nullable=False),
+        sa.Column("shard", sa.SmallInteger(), nullable=False),
+        sa.Column("event_type", sa.Text(), nullable=False),
+        sa.Column("payload", sa.LargeBinary(), nullable=False),
+        sa.Column("headers", postgresql.JSONB(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("published_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("tenant", sa.Text(), nullable=True),
+        sa.PrimaryKeyConstraint("id", "published_at", name="outbox_published_pkey"),
+        postgresql_partition_by="RANGE (published_at)",
+    )
+    op.create_index("outbox_published_published_idx", "outbox_published", ["published_at"])
+
+
+def downgrade_0005(op: Any) -> None:
+    op.drop_table("outbox_published")
+
+
 # Migration version -> its operations (every migration after 0001 has one: a test checks).
 UPGRADES: dict[int, Callable[[Any], None]] = {
     2: upgrade_0002,
     3: upgrade_0003,
     4: upgrade_0004,
+    5: upgrade_0005,
 }

@@ -175,10 +175,22 @@ def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationRepo
                     continue
                 applied.append(mig.version)
             with conn.transaction():
+                _install_published_rotation(pg)
                 count = _apply_shard_count(pg, shard_count)
         finally:
             pg.run(Statement("migration_unlock", lock))
     return MigrationReport(applied, len(known), count, adopted)
+
+
+def _install_published_rotation(pg: PsycopgExecutor) -> None:
+    """What the migrations' tables cannot carry, made on every run (each is idempotent): the
+    DEFAULT partition of the kept rows and the function that rotates their partitions. A
+    schema made from outbox_core.tables gets them here too (Alembic has neither)."""
+    if not pg.run(Statement("outbox_published_exists"))[0][0]:
+        return  # a migration run stopped before 0005 (tests do)
+    pg.run(Statement("outbox_published_default_create"))
+    pg.run(Statement("outbox_published_rotate_install"))
+    pg.run(Statement("outbox_published_rotate_revoke"))
 
 
 def _adopt(conn: Any, known: list[Migration], failed: Migration) -> list[int]:

@@ -34,10 +34,13 @@ SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 -- order, so this says the backlog is drained, by primary key. The drain is polled with
 -- this; a count of the unpublished rows walks every dead entry of the partial index (the
 -- cost under study), and polling it took a core of its own under a held snapshot.
-SELECT bool_and(published_at IS NOT NULL) FROM outbox_events WHERE id = ANY(%(ids)s);
+-- retention=keep moves a published row into outbox_published: a row still in
+-- outbox_events unpublished is what is left.
+SELECT NOT EXISTS (SELECT 1 FROM outbox_events
+                   WHERE id = ANY(%(ids)s) AND published_at IS NULL);
 
 -- name: bloat_round_rate
 -- Events of one round per second, from its first settle to its last.
 SELECT count(*), extract(epoch FROM max(published_at) - min(published_at))::float8
-FROM outbox_events
-WHERE id >= %(first_id)s AND published_at IS NOT NULL;
+FROM outbox_published
+WHERE id >= %(first_id)s;

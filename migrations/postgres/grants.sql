@@ -8,7 +8,8 @@
 -- Each part's block can also be run alone (copy it, or see how
 -- tests/integration/test_least_privilege.py runs the named blocks one by one). The tables
 -- are unqualified, as the migrations create them: in the first schema of the owner's
--- search_path (public unless you changed it). No part needs DDL at run time; schema
+-- search_path (public unless you changed it). No part does DDL at run time (the relay's partitions of kept rows are made and
+-- dropped by a function that runs as the owner); schema
 -- changes (`outbox-relay migrate`) need the owner. outbox_events.id is an identity
 -- column: inserting needs no privilege on its sequence (the relay reads it). The
 -- grants_relay_monitoring block needs a superuser. docs/security.md explains every grant.
@@ -27,7 +28,15 @@ GRANT SELECT, INSERT ON outbox_idempotency TO :"producer_role";
 -- shard count. The operator commands (status, parked, replay) need the same grants.
 GRANT USAGE ON SCHEMA public TO :"relay_role";
 GRANT SELECT ON outbox_settings, outbox_schema_migrations TO :"relay_role";
-GRANT SELECT, UPDATE, DELETE ON outbox_events TO :"relay_role";
+-- INSERT: a replay moves a kept row back from outbox_published under its own id.
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_events TO :"relay_role";
+-- retention=keep moves settled rows into outbox_published; the purge deletes the few its
+-- DEFAULT partition holds and rotates the partitions through the one function that may
+-- (SECURITY DEFINER: it creates and drops partitions as the owner, the relay does no DDL).
+GRANT SELECT, INSERT, DELETE ON outbox_published TO :"relay_role";
+GRANT SELECT, DELETE ON outbox_published_default TO :"relay_role";
+GRANT EXECUTE ON FUNCTION outbox_published_rotate(float8, bigint, bigint, integer)
+    TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE ON outbox_relay_leases TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay_replicas TO :"relay_role";
 GRANT SELECT, DELETE ON outbox_idempotency TO :"relay_role";

@@ -54,6 +54,30 @@ CREATE INDEX outbox_events_blocking_idx ON outbox_events (shard, key, id)
 CREATE INDEX outbox_events_tenant_idx ON outbox_events (shard, (coalesce(tenant, '')), id)
     WHERE published_at IS NULL;
 
+-- retention=keep: published rows, moved here by the settle, partitioned by publish time
+-- (0005_published_history.sql). The relay creates the partitions ahead and drops those
+-- past the retention through outbox_published_rotate(), which `outbox-relay migrate`
+-- installs (outbox_core/sql/postgres/outbox_published.sql) with the DEFAULT partition;
+-- partitions are data, not schema, so the comparisons of schemas leave them out.
+CREATE TABLE outbox_published (
+    id bigint NOT NULL,
+    event_id uuid NOT NULL,
+    topic text NOT NULL,
+    key text NOT NULL,
+    shard smallint NOT NULL,
+    event_type text NOT NULL,
+    payload bytea NOT NULL,
+    headers jsonb NOT NULL,
+    created_at timestamptz NOT NULL,
+    attempts integer NOT NULL,
+    last_error text,
+    published_at timestamptz NOT NULL,
+    tenant text,
+    CONSTRAINT outbox_published_pkey PRIMARY KEY (id, published_at)
+) PARTITION BY RANGE (published_at);
+CREATE INDEX outbox_published_published_idx ON outbox_published (published_at);
+CREATE TABLE outbox_published_default PARTITION OF outbox_published DEFAULT;
+
 CREATE TABLE outbox_idempotency (
     scope text NOT NULL,
     idempotency_key text NOT NULL,

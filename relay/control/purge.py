@@ -1,5 +1,8 @@
-"""Retention: published rows (retention=keep) and old idempotency keys are removed in small
-batches, so no statement holds many row locks for long. `run_once` is one round."""
+"""Retention: kept published rows (retention=keep) leave by whole partitions on Postgres
+(outbox_published, dropped past the retention: no dead tuples), and by small batches of
+deletes where a partition cannot hold them (SQLite, the DEFAULT partition, rows an older
+relay marked in outbox_events); old idempotency keys by small batches, so no statement
+holds many row locks for long. `run_once` is one round."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from outbox_core.periodic import every
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
 from relay.errors import StoreUnavailable
-from relay.store import Store
+from relay.store import Rotated, Rotation, Store
 
 log = logging.getLogger("relay.purge")
 
@@ -25,7 +28,20 @@ class PurgeSettings(SettingsGroup):
         "and audit need them), or delete them at once (a little faster).",
     )
     retention_period_s: float = Field(
-        default=7 * 24 * 3600.0, ge=0, description="How long kept rows stay (retention=keep)."
+        default=7 * 24 * 3600.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="How long kept rows stay (retention=keep); a row stays at most this plus "
+        "one partition's width (retention_period_s / 8, between 1 s and a day).",
+    )
+    purge_lock_timeout_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        allow_inf_nan=False,
+        description="How long the purge waits for the lock to create or drop a partition of "
+        "kept rows before it leaves that partition to its next round (settles never queue "
+        "behind it for longer).",
     )
     idempotency_retention_s: float = Field(
         default=7 * 24 * 3600.0, ge=0, description="How long idempotency keys are remembered."
@@ -38,6 +54,18 @@ class PurgeSettings(SettingsGroup):
     @property
     def keep(self) -> bool:
         return self.retention == "keep"
+
+    @property
+    def rotation(self) -> Rotation:
+        """The partitions of kept rows (Postgres): each spans an eighth of the retention,
+        between 1 s and a day, so a row stays at most retention + width and about ten
+        partitions are alive. They are made ahead for two rounds and two widths: a round
+        that cannot run once (a lock it could not have) still finds the next partition
+        there."""
+        width = int(min(max(self.retention_period_s / 8, 1.0), 86400.0))
+        ahead = int(min(2 * width + 2 * self.purge_interval_s, 64 * width))
+        timeout_ms = max(1, round(self.purge_lock_timeout_s * 1000))
+        return Rotation(self.retention_period_s, width, ahead, timeout_ms)
 
 
 class Purger:
@@ -58,6 +86,15 @@ class Purger:
     async def run_once(self) -> int:
         """Purge until a batch comes back short (or stopping); returns the rows removed."""
         s = self.settings
+        if s.keep and not self._standing_by():
+            try:
+                rotated = await self._store.rotate_published(s.rotation)
+            except StoreUnavailable as exc:
+                # The batches below still run: a failed rotation costs its round only (the
+                # DEFAULT partition takes what no partition covers meanwhile).
+                log.warning("partition rotation failed", extra={"error": str(exc)})
+            else:
+                self._rotated(rotated)
         total = 0
         while not self._sup.stopping.is_set() and not self._standing_by():
             removed = await self._store.purge(
@@ -71,6 +108,18 @@ class Purger:
         if total:
             log.debug("purged", extra={"rows": total})
         return total
+
+    @staticmethod
+    def _rotated(rotated: Rotated) -> None:
+        if rotated.created or rotated.dropped or rotated.skipped:
+            log.debug(
+                "partitions rotated",
+                extra={
+                    "created": rotated.created,
+                    "dropped": rotated.dropped,
+                    "skipped": rotated.skipped,
+                },
+            )
 
     async def run(self) -> None:
         def failed(exc: Exception) -> None:

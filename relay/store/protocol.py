@@ -187,6 +187,23 @@ class HorizonHolder:
         )
 
 
+@dataclass(frozen=True)
+class Rotation:
+    """One round of the partition maintenance of kept rows (relay/control/purge.py)."""
+
+    retention_s: float
+    width_s: int
+    ahead_s: int
+    lock_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class Rotated:
+    created: int
+    dropped: int
+    skipped: int  # DDL that could not have its locks within the lock timeout
+
+
 class Store(Protocol):
     dialect: Dialect
 
@@ -235,6 +252,11 @@ class Store(Protocol):
     async def purge(
         self, retention_s: float, idempotency_retention_s: float, limit: int
     ) -> int: ...
+
+    async def rotate_published(self, rotation: Rotation) -> Rotated:
+        """Drops the partitions of kept rows past the retention and makes the next ones
+        (Postgres; nothing to do on SQLite)."""
+        ...
 
     def set_claim_floors(self, floors: Mapping[int, int]) -> None:
         """From now on a claim of a shard skips ids at or below its floor (all published)."""

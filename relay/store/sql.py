@@ -30,6 +30,8 @@ from relay.store import (
     HorizonHolder,
     Lease,
     Policy,
+    Rotated,
+    Rotation,
     Settled,
     SettleRequest,
     TenantBacklog,
@@ -395,11 +397,28 @@ class SqlStore:
                 "idempotency_purge",
                 {"retention_s": c.seconds(idempotency_retention_s), "limit": limit},
             )
+            history = yield Statement(
+                "outbox_published_purge",
+                {"retention_s": c.seconds(retention_s), "limit": limit},
+            )
             yield Statement("replica_purge_dead")
-            return len(published) + len(keys)
+            return len(published) + len(history) + len(keys)
 
         removed: int = await self._plan("purge", plan(), control=True)
         return removed
+
+    async def rotate_published(self, rotation: Rotation) -> Rotated:
+        params = {
+            "retention_s": self._codec.seconds(rotation.retention_s),
+            "width_s": rotation.width_s,
+            "ahead_s": rotation.ahead_s,
+            "lock_timeout_ms": rotation.lock_timeout_ms,
+        }
+        rows: Rows = await self._plan(
+            "rotate", _single(Statement("outbox_published_rotate", params)), control=True
+        )
+        created, dropped, skipped = rows[0]
+        return Rotated(int(created), int(dropped), int(skipped))
 
 
 def _by_name(rows: Rows) -> list[dict[str, Any]]:

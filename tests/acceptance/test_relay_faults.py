@@ -171,8 +171,20 @@ async def test_sigkill_at_random_points_loses_nothing(
 
     def env(name: str) -> dict[str, str]:
         # A new process is a new replica: it waits for the killed one's leases to expire.
-        return named_relay_env(pg, kafka_bootstrap, name, batch_size=batch_size, lease_ttl_s=2.0)
+        # retention=keep with a retention of 2 s: the purge round drops and makes
+        # one-second partitions of outbox_published five times a second through the kills.
+        return named_relay_env(
+            pg,
+            kafka_bootstrap,
+            name,
+            batch_size=batch_size,
+            lease_ttl_s=2.0,
+            retention="keep",
+            retention_period_s=2.0,
+            purge_interval_s=0.2,
+        )
 
+    started = time.time()
     killed: list[str] = []
     with Writers(
         pg,
@@ -220,6 +232,11 @@ async def test_sigkill_at_random_points_loses_nothing(
     worked = [n for n in settled_by(pg) if n in killed]
     # Kills landed while relays were working, not only before they got going.
     assert len(worked) >= kills // 3, f"only {len(worked)} of {kills} killed relays published"
+    # The partitions rotated during the kills: those of the first seconds are gone, and
+    # the ones alive were made during the run.
+    bounds = [(int(lo), int(hi)) for lo, hi in fetch(pg, "published_partition_bounds")]
+    assert bounds, "no partition of outbox_published"
+    assert min(lo for lo, _ in bounds) > started + 10, bounds
     assert verdict.duplicates <= kills * batch_size, (verdict.duplicates, kills, batch_size)
     print(
         f"kills {kills}; killed relays that published {len(worked)}; committed "
@@ -237,8 +254,9 @@ async def test_paused_relay_is_fenced_after_takeover(
     ttl = 3.0
 
     def env(name: str, **over: Any) -> dict[str, str]:
-        # retention=keep: a settle updates its rows even when already published, so the
-        # audit sees any settle the zombie makes, not only those that still find rows.
+        # retention=keep: a settle moves its rows into outbox_published. A stale settle is
+        # refused by the fence (the statement reports the shard lost, whether or not its
+        # rows are still there), and the audit sees every row any settle moved.
         return named_relay_env(
             pg, kafka_bootstrap, name, batch_size=20, lease_ttl_s=ttl, retention="keep", **over
         )
@@ -510,6 +528,8 @@ async def test_oversized_rows_are_parked_without_blocking_other_keys(
     commit(normal(60, "d"))
     expected = expected_from_db(pg)
     all_ids = {e for ids in expected.values() for e in ids}
+    # Read before the relay runs: retention=keep moves published rows out of outbox_events.
+    id_of = {str(r[1]): r[0] for r in pg.fetch("outbox_rows")}
 
     fleet.start(
         "r",
@@ -542,7 +562,6 @@ async def test_oversized_rows_are_parked_without_blocking_other_keys(
     states = {row[0]: row for row in fetch(pg, "row_states")}
     stop_all(fleet)
 
-    id_of = {str(r[1]): r[0] for r in pg.fetch("outbox_rows")}
     parked = parked_rows(pg)
     assert sorted(r[0] for r in parked) == sorted(id_of[e] for e in big_ids), parked
     for _, key, attempts, error in parked:

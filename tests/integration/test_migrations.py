@@ -20,7 +20,13 @@ from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
 
-ALL = [(1, "initial"), (2, "tenant"), (3, "consumer_dead_letters"), (4, "headers_check")]
+ALL = [
+    (1, "initial"),
+    (2, "tenant"),
+    (3, "consumer_dead_letters"),
+    (4, "headers_check"),
+    (5, "published_history"),
+]
 
 
 def catalog(backend: Backend) -> dict[str, Any]:
@@ -82,7 +88,7 @@ def test_an_outbox_at_0001_upgrades_with_its_pending_rows(
     assert migrate(backend.url).applied == [1]
     backend.execute("outbox_fill", {"rows": 50})
     monkeypatch.undo()
-    assert migrate(backend.url).applied == [2, 3, 4]
+    assert migrate(backend.url).applied == [2, 3, 4, 5]
     assert {t for _, _, t in backend.fetch("outbox_row_tenants")} == {None}
     assert backend.fetch("migrations_applied") == ALL
 
@@ -166,7 +172,7 @@ def test_0004_migrates_an_outbox_holding_rows_whose_headers_are_no_object(
     old = {"topic": "t", "key": "k", "shard": 0, "payload": b"{}", "headers": "[1]"}
     [(old_id,)] = backend.fetch("outbox_insert_hostile", old)
     monkeypatch.undo()
-    assert migrate(backend.url).applied == [4]
+    assert migrate(backend.url).applied == [4, 5]
     assert [(r[0], r[7]) for r in backend.fetch("outbox_rows")] == [
         (old_id, [1] if backend.dialect == "postgres" else "[1]")
     ]

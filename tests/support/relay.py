@@ -140,8 +140,9 @@ async def judge_topic(bootstrap: str, topic: str, expected_order: dict[str, list
 
 
 def expected_from_db(backend: Backend) -> dict[str, list[str]]:
-    """Per key, the event_ids of every committed row in id order (read before publishing)."""
+    """Per key, the event_ids of every committed row in id order (read before publishing,
+    or after it under retention=keep)."""
     order: dict[str, list[str]] = defaultdict(list)
-    for row in backend.fetch("outbox_rows"):
+    for row in backend.fetch("outbox_rows_kept"):
         order[str(row[3])].append(str(row[1]))
     return dict(order)

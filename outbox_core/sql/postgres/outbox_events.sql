@@ -255,13 +255,31 @@ ORDER BY w.id
 -- fragment: delete_acked
 DELETE FROM outbox_events e
 
--- fragment: mark_acked
-UPDATE outbox_events e SET published_at = now()
+-- fragment: returned_count
+1
 
--- fragment: settle(acked)
--- One statement settles a cycle over many shards: acked rows are deleted or marked
--- published (the acked slot), failed rows get their attempt, error and next time (or are
--- parked). Each shard's lease row is locked FOR KEY SHARE and must still carry our token:
+-- fragment: returned_history
+-- What outbox_published keeps of a row (replay and status need these).
+e.id, e.event_id, e.topic, e.key, e.shard, e.event_type, e.payload, e.headers, e.created_at,
+e.attempts, e.last_error, e.tenant
+
+-- fragment: kept_in_history
+-- retention=keep: the rows deleted by done go into the history, published now. A
+-- data-modifying CTE runs whether or not the statement reads it, in the settle's one
+-- transaction: a row is in outbox_events or in outbox_published, never in both or neither.
+kept AS (
+    INSERT INTO outbox_published (id, event_id, topic, key, shard, event_type, payload,
+                                  headers, created_at, attempts, last_error, published_at,
+                                  tenant)
+    SELECT d.id, d.event_id, d.topic, d.key, d.shard, d.event_type, d.payload, d.headers,
+           d.created_at, d.attempts, d.last_error, now(), d.tenant
+    FROM done d
+),
+
+-- fragment: settle(acked, returned, kept)
+-- One statement settles a cycle over many shards: acked rows are deleted (the acked slot;
+-- with retention=keep, kept moves them into outbox_published), failed rows get their
+-- attempt, error and next time (or are parked). Each shard's lease row is locked FOR KEY SHARE and must still carry our token:
 -- a takeover (lease_acquire locks that row FOR UPDATE) either committed first, and that
 -- shard's rows are left alone, or waits for us to commit. KEY SHARE, not SHARE:
 -- lease_renew's UPDATE (FOR NO KEY UPDATE strength) goes ahead beside it. With SHARE a
@@ -279,8 +297,9 @@ done AS (
     {{acked}}
     WHERE e.id = ANY(%(published_ids)s::bigint[])
       AND e.shard IN (SELECT shard FROM lease)
-    RETURNING 1
+    RETURNING {{returned}}
 ),
+{{kept}}
 failed AS (
     UPDATE outbox_events e
     SET attempts = e.attempts + 1,
@@ -297,11 +316,13 @@ SELECT coalesce((SELECT array_agg(shard::int) FROM lease), '{}') AS held,
 
 -- name: outbox_settle_delete
 -- retention=delete: acked rows are deleted.
-{{settle(acked=delete_acked)}};
+{{settle(acked=delete_acked, returned=returned_count, kept=nothing)}};
 
 -- name: outbox_settle_keep
--- retention=keep: acked rows stay, marked published, until retention.
-{{settle(acked=mark_acked)}};
+-- retention=keep: acked rows move into outbox_published, where they stay until the purge
+-- drops their partition (docs/design.md, "Published rows"). A row leaves outbox_events as
+-- with retention=delete: no second row version there, and none in the history.
+{{settle(acked=delete_acked, returned=returned_history, kept=kept_in_history)}};
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.
@@ -386,10 +407,15 @@ WHERE status = 'parked' AND published_at IS NULL AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
 
 -- name: outbox_replay_list
--- Retained published rows (retention=keep) chosen by ids or by publish time.
-SELECT id FROM outbox_events
-WHERE published_at IS NOT NULL
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+-- Retained published rows (retention=keep) chosen by ids or by publish time: those in
+-- outbox_published, and those a relay from before migration 0005 left marked published
+-- in outbox_events (until the purge removes them).
+SELECT id FROM (
+    SELECT id, published_at FROM outbox_published
+    UNION ALL
+    SELECT id, published_at FROM outbox_events WHERE published_at IS NOT NULL
+) AS p
+WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
   AND (%(since)s::timestamptz IS NULL OR published_at >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL OR published_at < %(until)s::timestamptz)
 ORDER BY id
@@ -397,11 +423,32 @@ LIMIT %(limit)s;
 
 -- name: outbox_replay
 -- Makes retained rows pending again: the relay publishes them once more, with their
--- original event_id (consumers that applied them skip them).
-UPDATE outbox_events
-SET published_at = NULL, status = 'pending', attempts = 0, available_at = now()
-WHERE published_at IS NOT NULL AND id = ANY(%(ids)s::bigint[])
-RETURNING id;
+-- original event_id (consumers that applied them skip them). A row of outbox_published
+-- moves back into outbox_events under its original id (OVERRIDING SYSTEM VALUE): below
+-- the claim floors, where the floors' rescan finds it (relay/control/floors.py). A row
+-- marked published by a relay from before migration 0005 is unmarked where it is.
+WITH moved AS (
+    DELETE FROM outbox_published
+    WHERE id = ANY(%(ids)s::bigint[])
+    RETURNING id, event_id, topic, key, shard, event_type, payload, headers, created_at,
+              tenant
+),
+restored AS (
+    INSERT INTO outbox_events (id, event_id, topic, key, shard, event_type, payload, headers,
+                               created_at, available_at, tenant)
+    OVERRIDING SYSTEM VALUE
+    SELECT id, event_id, topic, key, shard, event_type, payload, headers, created_at, now(),
+           tenant
+    FROM moved
+    RETURNING id
+),
+unmarked AS (
+    UPDATE outbox_events
+    SET published_at = NULL, status = 'pending', attempts = 0, available_at = now()
+    WHERE published_at IS NOT NULL AND id = ANY(%(ids)s::bigint[])
+    RETURNING id
+)
+SELECT id FROM restored UNION ALL SELECT id FROM unmarked;
 
 -- name: outbox_floor_mark
 -- The first half of a claim floor round (relay/control/floors.py): the last id drawn

@@ -40,7 +40,7 @@ SET LOCAL search_path TO outbox_migration_reference;
 
 -- name: migration_describe_tables
 SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
+WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p') AND NOT c.relispartition
   AND (%(tables)s::text[] IS NULL OR c.relname = ANY(%(tables)s::text[]))
 ORDER BY 1;
 
@@ -51,7 +51,8 @@ FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p') AND a.attnum > 0
+WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND a.attnum > 0
   AND NOT a.attisdropped
   AND (%(tables)s::text[] IS NULL OR c.relname = ANY(%(tables)s::text[]))
 ORDER BY 1, 2;
@@ -63,7 +64,7 @@ FROM pg_index x
 JOIN pg_class i ON i.oid = x.indexrelid
 JOIN pg_class c ON c.oid = x.indrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s
+WHERE n.nspname = %(schema)s AND NOT c.relispartition
   AND (%(tables)s::text[] IS NULL OR c.relname = ANY(%(tables)s::text[]))
 ORDER BY 1, 2;
 
@@ -75,6 +76,6 @@ SELECT c.relname, k.conname, k.contype::text,
 FROM pg_constraint k
 JOIN pg_class c ON c.oid = k.conrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s
+WHERE n.nspname = %(schema)s AND NOT c.relispartition
   AND (%(tables)s::text[] IS NULL OR c.relname = ANY(%(tables)s::text[]))
 ORDER BY 1, 2;

@@ -65,6 +65,19 @@ SELECT count(*) FROM outbox_events
 WHERE attempts > 0 OR status <> 'pending' OR published_at IS NOT NULL OR last_error IS NOT NULL;
 
 -- name: row_states
--- Valid in both dialects.
+-- Postgres: the rows retention=keep moved into outbox_published are published.
 SELECT id, key, status, attempts, published_at IS NOT NULL, coalesce(last_error, '')
-FROM outbox_events ORDER BY id;
+FROM outbox_events
+UNION ALL
+SELECT id, key, 'pending', attempts, true, coalesce(last_error, '') FROM outbox_published
+ORDER BY 1;
+
+-- name: published_partition_bounds
+-- The partitions of outbox_published the relays made (seconds since the epoch), oldest
+-- first; the DEFAULT one is left out.
+SELECT m[1]::bigint, m[2]::bigint
+FROM (SELECT regexp_match(c.relname, '^outbox_published_p([0-9]+)_([0-9]+)$') AS m
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = 'outbox_published'::regclass) AS p
+WHERE m IS NOT NULL
+ORDER BY 1;

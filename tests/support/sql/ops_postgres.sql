@@ -11,9 +11,22 @@ UPDATE outbox_events SET created_at = created_at - %(seconds)s * interval '1 sec
 WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: ops_rows
+-- With the rows retention=keep moved into outbox_published, published.
 SELECT id, event_id::text, topic, key, status, attempts, published_at IS NOT NULL
-FROM outbox_events ORDER BY id;
+FROM outbox_events
+UNION ALL
+SELECT id, event_id::text, topic, key, 'pending', attempts, true FROM outbox_published
+ORDER BY 1;
 
 -- name: ops_publish
--- Marks rows published and kept (retention=keep), as a relay leaves them.
-UPDATE outbox_events SET published_at = now() WHERE id = ANY(%(ids)s::bigint[]);
+-- Moves rows into outbox_published, published and kept (retention=keep), as a relay does.
+WITH done AS (
+    DELETE FROM outbox_events WHERE id = ANY(%(ids)s::bigint[])
+    RETURNING id, event_id, topic, key, shard, event_type, payload, headers, created_at,
+              attempts, last_error, tenant
+)
+INSERT INTO outbox_published (id, event_id, topic, key, shard, event_type, payload, headers,
+                              created_at, attempts, last_error, published_at, tenant)
+SELECT id, event_id, topic, key, shard, event_type, payload, headers, created_at, attempts,
+       last_error, now(), tenant
+FROM done;

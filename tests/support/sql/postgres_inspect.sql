@@ -12,11 +12,13 @@ SELECT table_name, column_name, data_type, is_nullable, coalesce(column_default,
        is_identity, coalesce(identity_generation, '')
 FROM information_schema.columns
 WHERE table_schema = 'public' AND table_name <> 'outbox_schema_migrations'
+  AND table_name NOT IN (SELECT relname FROM pg_class WHERE relispartition)
 ORDER BY table_name, column_name;
 
 -- name: schema_indexes
 SELECT tablename, indexname, indexdef FROM pg_indexes
 WHERE schemaname = 'public' AND tablename <> 'outbox_schema_migrations'
+  AND tablename NOT IN (SELECT relname FROM pg_class WHERE relispartition)
 ORDER BY tablename, indexname;
 
 -- name: schema_constraints
@@ -27,6 +29,7 @@ SELECT conrelid::regclass::text, conname,
 FROM pg_constraint
 WHERE connamespace = 'public'::regnamespace
   AND conrelid::regclass::text <> 'outbox_schema_migrations'
+  AND conrelid NOT IN (SELECT oid FROM pg_class WHERE relispartition)
 ORDER BY 1, 2;
 
 -- name: schema_settings
@@ -44,9 +47,13 @@ FROM outbox_events ORDER BY id;
 
 -- name: outbox_row_state
 -- Per row: what settle wrote, and seconds until available_at on the database clock.
+-- Rows retention=keep moved into outbox_published are published (available_at: 0).
 SELECT id, attempts, status, last_error, published_at IS NOT NULL,
        extract(epoch FROM available_at - now())::float8
-FROM outbox_events ORDER BY id;
+FROM outbox_events
+UNION ALL
+SELECT id, attempts, 'pending', last_error, true, 0.0::float8 FROM outbox_published
+ORDER BY 1;
 
 -- name: lease_remaining
 -- Seconds until each lease ends on the database clock (NULL once released).
@@ -175,3 +182,46 @@ UPDATE outbox_relay_replicas SET seen_until = now() - interval '1 second';
 -- Time passes for rows backing off after a failure: each is due again.
 UPDATE outbox_events SET available_at = now() - interval '1 second'
 WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
+
+-- name: published_rows
+-- retention=keep's history: each row with the partition it is in.
+SELECT id, event_id::text, tableoid::regclass::text FROM outbox_published ORDER BY id;
+
+-- name: published_partitions
+SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'outbox_published'::regclass ORDER BY 1;
+
+-- name: published_dead_tuples
+-- Dead tuples the statistics count in the history's partitions (the default one included).
+SELECT coalesce(sum(s.n_dead_tup), 0)::bigint FROM pg_stat_user_tables s
+WHERE s.relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'outbox_published'::regclass);
+
+-- name: published_default_dead_tuples
+SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
+WHERE relid = 'outbox_published_default'::regclass;
+
+-- name: stats_flush
+-- This session's table statistics reach pg_stat_user_tables now, not within a second.
+SELECT pg_stat_force_next_flush();
+
+-- name: published_hold
+-- A transaction that reads the history holds ACCESS SHARE on it (and its partitions)
+-- until it ends: DDL on a partition must wait for it.
+SELECT count(*) FROM outbox_published;
+
+-- name: published_default_age
+-- Ages every row of the DEFAULT partition by a day (as if settled while no partition
+-- covered the time, a day ago).
+UPDATE outbox_published_default SET published_at = published_at - interval '1 day';
+
+-- name: published_rotate_drop
+-- As if `outbox-relay migrate` never installed the rotation (an Alembic-made schema).
+DROP FUNCTION outbox_published_rotate(float8, bigint, bigint, integer);
+
+-- name: outbox_rows_kept
+-- Every committed row, in id order: those still in outbox_events and those retention=keep
+-- moved into outbox_published.
+SELECT id, event_id, topic, key FROM outbox_events
+UNION ALL
+SELECT id, event_id, topic, key FROM outbox_published
+ORDER BY 1;

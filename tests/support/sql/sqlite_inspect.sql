@@ -77,3 +77,7 @@ UPDATE outbox_relay_replicas SET seen_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'no
 -- name: outbox_backoff_end
 UPDATE outbox_events SET available_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 seconds')
 WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
+
+-- name: outbox_rows_kept
+-- Every committed row, in id order (SQLite keeps published rows in outbox_events).
+SELECT id, event_id, topic, key FROM outbox_events ORDER BY id;

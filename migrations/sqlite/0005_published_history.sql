@@ -1,0 +1,4 @@
+-- SQLite keeps its published rows in outbox_events (retention=keep marks them, the purge
+-- deletes them): a delete there leaves no dead row versions for a vacuum to chase, only
+-- free pages the next inserts reuse. This migration changes nothing; it keeps the two
+-- dialects' migration numbers equal (docs/design.md, "Published rows").
