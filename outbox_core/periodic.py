@@ -13,13 +13,15 @@ from outbox_core.supervisor import Supervisor
 
 async def every(
     supervisor: Supervisor,
-    interval_s: float,
+    interval_s: float | Callable[[], float],
     step: Callable[[], Awaitable[object]],
     *,
     failed: Callable[[Exception], None],
     errors: tuple[type[Exception], ...] = (Exception,),
 ) -> None:
     """step(), then sleep interval_s (cut short when stopping), until the supervisor stops.
+    interval_s may be a function, asked after each step (a loop that slows down while it
+    has nothing to do).
 
     A failure of one of `errors` is handed to failed() and the next step comes after the
     interval as usual; any other failure ends the loop (Supervisor.spawn restarts it)."""
@@ -28,4 +30,4 @@ async def every(
             await step()
         except errors as exc:
             failed(exc)
-        await supervisor.sleep(interval_s)
+        await supervisor.sleep(interval_s() if callable(interval_s) else interval_s)

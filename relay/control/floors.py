@@ -47,6 +47,11 @@ log = logging.getLogger("relay.floors")
 # rescan_s / RESCAN_SLICES.
 RESCAN_SLICES = 60
 
+# Between a standby's looks at whether it became active: its rounds would wake it ten
+# times a second for nothing (most of an idle standby's CPU); a floor proven a second
+# after the takeover only lets the first claims start lower.
+STANDBY_LOOK_S = 1.0
+
 
 class FloorSettings(SettingsGroup):
     env_infix: ClassVar[str] = "claim_floor_"
@@ -205,11 +210,14 @@ class ClaimFloors:
             # The next slice tries again; the floors stay where they are meanwhile.
             log.debug("claim floor rescan failed", extra={"error": str(exc)})
 
+        def interval() -> float:
+            return STANDBY_LOOK_S if self._standing_by() else self.settings.interval_s
+
         # Apart from the rounds: a slice of the sweep never holds the floors still.
         await asyncio.gather(
             every(
                 self._sup,
-                self.settings.interval_s,
+                interval,
                 self.run_once,
                 failed=failed,
                 errors=(StoreUnavailable,),
