@@ -124,7 +124,9 @@ class RelayService:
             supervisor=sup,
             standing_by=standby,
         )
-        self.horizon = Horizon(s.horizon, store=store, observer=self.observer, supervisor=sup)
+        self.horizon = Horizon(
+            s.horizon, store=store, observer=self.observer, supervisor=sup, standing_by=standby
+        )
         self.ops: OpsServer | None = None
         self.observer.metrics.ready.set_function(lambda: float(self.readyz().ok))
 

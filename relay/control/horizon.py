@@ -11,6 +11,7 @@ slows down (claims do not: relay/control/floors.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import ClassVar
 
 from pydantic import Field
@@ -56,13 +57,19 @@ class Horizon:
         store: Store,
         observer: RelayObserver,
         supervisor: Supervisor,
+        standing_by: Callable[[], bool] = lambda: False,
     ) -> None:
         self.settings = settings
         self._store = store
         self._observer = observer
         self._sup = supervisor
+        # What holds vacuum back is the database's, the same from every replica: a
+        # standby leaves the look to the active ones (as the backlog gauges).
+        self._standing_by = standing_by
 
     async def run_once(self) -> list[HorizonHolder]:
+        if self._standing_by():
+            return []
         holders = await self._store.horizon()
         self._observer.horizon(holders)
         s = self.settings

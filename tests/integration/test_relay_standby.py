@@ -39,7 +39,7 @@ def counted_store(settings: Any, calls: Counter[str]) -> Store:
         "floor_last_id",
         "floor_unpublished_between",
     )
-    for name in (*names, "purge", "backlog"):
+    for name in (*names, "purge", "backlog", "horizon"):
         method: Callable[..., Awaitable[Any]] = getattr(store, name)
 
         async def counted(*a: Any, _name: str = name, _m: Any = method, **kw: Any) -> Any:
@@ -66,6 +66,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
         "probe_idle_after_s": 0.2,
         "gauges_interval_s": 0.2,
         "purge_interval_s": 0.2,
+        "horizon_interval_s": 0.2,
     }
     first = relay_settings(backend, "127.0.0.1:9092", replica_id="relay-a", **fleet)
     second = relay_settings(backend, "127.0.0.1:9092", replica_id="relay-b", **fleet)
@@ -78,9 +79,9 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
         store = counted_store(second, calls)
         async with running_relay(second, store=store, publisher=MemoryPublisher()) as standby:
             await until(lambda: standby.stats.heartbeats >= 4, "the standby's heartbeats")
-            # The fleet-wide rounds (gauges, purge) ran at most once, before the standby's
-            # first lease round told it it stands by.
-            fleet_rounds = (calls["backlog"], calls["purge"])
+            # The fleet-wide rounds (gauges, purge, the horizon's look) ran at most once,
+            # before the standby's first lease round told it it stands by.
+            fleet_rounds = (calls["backlog"], calls["purge"], calls["horizon"])
             floor_rounds = calls["floor_last_id"] + calls["floor_unpublished_between"]
             assert max(fleet_rounds) <= 1, calls
             emit(backend, *(event(f"k{i}") for i in range(50)))
@@ -93,7 +94,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             assert calls["claim"] == calls["settle"] == calls["lease_acquire"] == 0, calls
             assert calls["lease_renew"] == 0, calls
             assert calls["replica_heartbeat"] >= 8
-            assert (calls["backlog"], calls["purge"]) == fleet_rounds, calls
+            assert (calls["backlog"], calls["purge"], calls["horizon"]) == fleet_rounds, calls
             # Nor the claim floors' rounds (ten a second on an active relay).
             assert calls["floor_last_id"] + calls["floor_unpublished_between"] == floor_rounds
             assert (standby.stats.probes, standby.stats.claims, standby.stats.settles) == (0, 0, 0)
@@ -108,6 +109,7 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             # The settle's commit comes before the lane records its outcome.
             await until(lambda: standby.stats.published == 20, "the standby's 20 published")
             await until(lambda: calls["backlog"] > fleet_rounds[0], "the active's gauges")
+            await until(lambda: calls["horizon"] > fleet_rounds[2], "the active's horizon look")
             assert calls["claim"] > 0
             assert calls["settle"] > 0
             assert calls["floor_last_id"] > 0  # the floors' rounds, once it is active
