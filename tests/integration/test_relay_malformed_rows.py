@@ -59,7 +59,7 @@ def rows(backend: Backend) -> dict[int, tuple[Any, ...]]:
     """id -> (event_id, key, status, published, last_error, attempts)."""
     return {
         int(r[0]): (str(r[1]), r[3], r[9], r[10] is not None, r[11], int(r[8]))
-        for r in backend.fetch("outbox_rows")
+        for r in backend.fetch("outbox_rows_all")
     }
 
 

@@ -7,4 +7,9 @@ SELECT order_id::text, count(*) FROM shipments GROUP BY order_id ORDER BY order_
 SELECT id::text FROM orders ORDER BY id;
 
 -- name: example_outbox_event_ids
-SELECT event_id::text FROM outbox_events ORDER BY id;
+-- Pending rows and those retention=keep moved into the history once published.
+SELECT event_id::text FROM (
+    SELECT id, event_id FROM outbox_events
+    UNION ALL
+    SELECT id, event_id FROM outbox_published
+) AS e ORDER BY id;

@@ -225,3 +225,15 @@ SELECT id, event_id, topic, key FROM outbox_events
 UNION ALL
 SELECT id, event_id, topic, key FROM outbox_published
 ORDER BY 1;
+
+-- name: outbox_rows_all
+-- outbox_rows' columns for every committed row: those still in outbox_events and those
+-- retention=keep moved into outbox_published (pending there, with their published_at).
+SELECT id, event_id, topic, key, shard, event_type, payload, headers, attempts, status,
+       published_at, last_error
+FROM outbox_events
+UNION ALL
+SELECT id, event_id, topic, key, shard, event_type, payload, headers, attempts, 'pending',
+       published_at, last_error
+FROM outbox_published
+ORDER BY 1;

@@ -81,3 +81,9 @@ WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
 -- name: outbox_rows_kept
 -- Every committed row, in id order (SQLite keeps published rows in outbox_events).
 SELECT id, event_id, topic, key FROM outbox_events ORDER BY id;
+
+-- name: outbox_rows_all
+-- outbox_rows' columns for every committed row (SQLite keeps published rows in place).
+SELECT id, event_id, topic, key, shard, event_type, payload, headers, attempts, status,
+       published_at, last_error
+FROM outbox_events ORDER BY id;
