@@ -36,13 +36,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.compare.latency import percentile  # noqa: E402
-from bench.compare.processes import Proc, launch, relay_env  # noqa: E402
+from bench.compare.processes import Proc, relay_env  # noqa: E402
 from bench.compare.topics import create_topic, delete_topics  # noqa: E402
 from bench.database import admin, with_database  # noqa: E402
 from bench.guard import run_guarded  # noqa: E402
 from bench.orders import TOPIC  # noqa: E402
-from bench.relay_fleet import free_port  # noqa: E402
-from bench.relay_latency import appended, load, write_load  # noqa: E402
+from bench.relay_fleet import launch_relays, warm_up  # noqa: E402
+from bench.relay_latency import appended, load  # noqa: E402
 from outbox_core.migrate import migrate  # noqa: E402
 
 
@@ -93,20 +93,8 @@ async def run(args: argparse.Namespace) -> int:
             OUTBOX_HEARTBEAT_INTERVAL_S=str(min(2.0, args.lease_ttl_s / 4)),
             OUTBOX_LOG_LEVEL="WARNING",
         )
-        for i in range(args.replicas):
-            port = free_port()
-            procs[port] = launch(
-                f"relay-{i}",
-                [sys.executable, "-m", "relay.cli", "run"],
-                {**env, "OUTBOX_REPLICA_ID": f"relay-{i:03d}", "OUTBOX_HTTP_PORT": str(port)},
-                logdir,
-            )
-        warm, _ = await asyncio.to_thread(write_load, url, 50, 2.0, 1, 0, args.keys)
-        got = await appended(bootstrap, topic, args.partitions, range(len(warm)), 120)
-        if len(got) < len(warm):
-            first = next(iter(procs.values()))
-            raise RuntimeError(f"the fleet did not deliver the warm-up:\n{first.tail()}")
-        seq = len(warm)
+        procs = launch_relays(env, args.replicas, "relay", logdir)
+        seq = await warm_up(url, bootstrap, topic, args.partitions, args.keys, list(procs.values()))
         killed: list[float] = []
         started = asyncio.Event()
         loop = asyncio.get_running_loop()

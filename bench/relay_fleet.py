@@ -76,6 +76,32 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def launch_relays(env: dict[str, str], count: int, name: str, logdir: Path) -> dict[int, Proc]:
+    """count `outbox-relay run` processes with env, each with a replica id and an HTTP port
+    of its own: port -> process."""
+    procs: dict[int, Proc] = {}
+    for i in range(count):
+        port = free_port()
+        procs[port] = launch(
+            f"{name}-{i}",
+            [sys.executable, "-m", "relay.cli", "run"],
+            {**env, "OUTBOX_REPLICA_ID": f"relay-{i:03d}", "OUTBOX_HTTP_PORT": str(port)},
+            logdir,
+        )
+    return procs
+
+
+async def warm_up(
+    url: str, bootstrap: str, topic: str, partitions: int, keys: int, procs: list[Proc]
+) -> int:
+    """Two seconds of 50 events/s, delivered before anything is measured: the next seq."""
+    warm, _ = await asyncio.to_thread(write_load, url, 50, 2.0, 1, 0, keys)
+    got = await appended(bootstrap, topic, partitions, range(len(warm)), 120)
+    if len(got) < len(warm):
+        raise RuntimeError(f"the fleet did not deliver the warm-up:\n{procs[0].tail()}")
+    return len(warm)
+
+
 def _counters(ports: list[int]) -> dict[str, float]:
     """The fleet's outbox_relay_<name>_total, summed over its replicas' /metrics."""
     total = dict.fromkeys(COUNTERS, 0.0)
@@ -111,22 +137,9 @@ async def one_fleet(
         env["OUTBOX_ACTIVE_REPLICAS"] = str(args.active_replicas)
         env["OUTBOX_LOG_LEVEL"] = "WARNING"
         env.update(item.split("=", 1) for item in args.env)
-        ports = [free_port() for _ in range(size)]
-        for i, port in enumerate(ports):
-            procs.append(
-                launch(
-                    f"relay-{size}-{i}",
-                    [sys.executable, "-m", "relay.cli", "run"],
-                    {**env, "OUTBOX_REPLICA_ID": f"relay-{i:03d}", "OUTBOX_HTTP_PORT": str(port)},
-                    logdir,
-                )
-            )
-        seq = 0
-        warm, _ = await asyncio.to_thread(write_load, url, 50, 2.0, 1, seq, args.keys)
-        got = await appended(bootstrap, topic, args.partitions, range(seq, len(warm)), 120)
-        if len(got) < len(warm):
-            raise RuntimeError(f"the fleet did not deliver the warm-up:\n{procs[0].tail()}")
-        seq += len(warm)
+        launched = launch_relays(env, size, f"relay-{size}", logdir)
+        procs, ports = list(launched.values()), list(launched)
+        seq = await warm_up(url, bootstrap, topic, args.partitions, args.keys, procs)
         # Backends flush their statistics at most every 10 s when idle.
         await asyncio.sleep(12.0)
         cpu0, tx0, t0 = _cpu(procs), statements(base, dbname), time.monotonic()
