@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
+from tests.support.faults import until
 from tests.support.kafka import read_topic
 from tests.support.ops import (
     Metrics,
@@ -322,10 +323,7 @@ async def test_replay_republishes_retained_events_with_their_event_id(
         assert "not found or not retained: 987654" in unknown.stdout
         await wait_drained(backend)
         # The settle commits before the lane counts its outcome.
-        for _ in range(200):
-            if relay.stats.published >= 31:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: relay.stats.published >= 31, 10, "the last settle counted")
         published = relay.stats.published
 
     event_ids = {r.id: r.event_id for r in rows(backend).values()}
