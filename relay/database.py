@@ -45,7 +45,15 @@ CONTROL_CHECKOUT_S = 5.0
 # jit=off: the fair claim's row estimates (a recursive CTE, guessed at ten rows a step)
 # put it past jit_above_cost: JIT compilation took 65 of the 157 ms of an 8,000-row
 # claim. The relay's statements are short and never gain from JIT.
-PLANNER_SETTINGS = {"random_page_cost": "1.1", "jit": "off"}
+# plan_cache_mode=force_custom_plan: the driver prepares a statement after a few runs, and
+# Postgres then keeps one generic plan for it until the table's statistics change. A plan
+# made while autovacuum had just truncated the drained table to no pages (an idle relay
+# after a burst) walked it with sequential scans, the blocking check once per row: when a
+# steady load came back, each claim read the whole table for every row it returned (10 s
+# a claim at 9,000 rows, statement timeouts, 35-40 s of latency) until autovacuum next
+# analyzed the table, up to a minute later. A custom plan is made for each run against the
+# table's current size: about 0.5 ms of planning a claim.
+PLANNER_SETTINGS = {"random_page_cost": "1.1", "jit": "off", "plan_cache_mode": "force_custom_plan"}
 WORK_SETTINGS = {"synchronous_commit": "off", **PLANNER_SETTINGS}
 PLANNER_OPTIONS = SessionSettings(server=PLANNER_SETTINGS).options() or ""
 WORK_SERVER_OPTIONS = SessionSettings(server=WORK_SETTINGS).options() or ""

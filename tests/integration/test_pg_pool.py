@@ -67,12 +67,18 @@ async def test_the_relay_s_pool_keeps_the_options_of_the_user_s_url(pg_url: str)
     try:
         async with pool.pool.connection() as conn:
             got = []
-            for name in ("search_path", "random_page_cost", "synchronous_commit", "jit"):
+            for name in (
+                "search_path",
+                "random_page_cost",
+                "synchronous_commit",
+                "jit",
+                "plan_cache_mode",
+            ):
                 cur = await conn.execute(SETTING, {"name": name})
                 got.append((await cur.fetchone())[0])
     finally:
         await pool.close()
-    assert got == ["billing,public", "3", "off", "off"]
+    assert got == ["billing,public", "3", "off", "off", "force_custom_plan"]
 
 
 def test_a_session_keeps_pgoptions_beside_the_relay_s_own(
