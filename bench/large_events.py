@@ -11,13 +11,19 @@ of PARTITIONS partitions whose max.message.bytes takes them.
 - broker: an aiokafka producer (acks=all, idempotent, the relay's max_request_size) sends
   the same records (key, payload, the relay's headers) straight to Kafka, every send
   started at once; its rate is records over the time from the first send to the last ack.
-- relay: `outbox-relay run` (every setting at its default, but the topic prefix, plaintext
-  and OUTBOX_CLAIM_MAX_BYTES when --claim-max-bytes is given) drains the backlog; its rate
+- relay: `outbox-relay run` (every setting at its default, but the topic prefix, plaintext,
+  OUTBOX_RETENTION, once for each of --retentions, and OUTBOX_CLAIM_MAX_BYTES when
+  --claim-max-bytes is given) drains the backlog; its rate
   is events over the time from the commit to the moment no row is left unpublished
   (polled every 20 ms). Its peak RSS is VmHWM from /proc/<pid>/status (the kernel's
   high-water mark, so no peak falls between samples), its base the RSS before the commit.
 
-Rounds alternate broker and relay; each prints relay / broker, and the table the medians.
+Rounds alternate broker and relay (the relay once for each of --retentions, against that
+round's broker); each prints relay / broker, and the table the medians. CPU seconds in each
+window, from /proc: the relay process, Postgres (its live backends: the relay's connections
+and the bench's poll; a backend that ends in the window is not counted) and Kafka, found through the pid files scripts/services.py writes in
+OUTBOX_CACHE_DIR (blank when they are not there); for the broker, this process (the
+producer) instead of the relay.
 Uses DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS as given (`eval "$(scripts/services env)"`).
 """
 
@@ -45,11 +51,12 @@ from aiokafka import AIOKafkaProducer  # noqa: E402
 
 from bench.compare.common import loadavg  # noqa: E402
 from bench.compare.processes import Proc, launch, relay_env  # noqa: E402
+from bench.compare.services import Services  # noqa: E402
 from bench.compare.topics import TopicCounter, create_topic, delete_topics  # noqa: E402
 from bench.database import admin, load_sql, with_database  # noqa: E402
 from bench.guard import run_guarded  # noqa: E402
 from bench.markdown_table import markdown_table  # noqa: E402
-from bench.procstat import sample  # noqa: E402
+from bench.procstat import cpu_between, cpu_seconds, sample, total_cpu  # noqa: E402
 from producer_lib import Event, Outbox, migrate  # noqa: E402
 
 Q = load_sql("large_events.sql")
@@ -63,10 +70,42 @@ MiB = 1024 * 1024
 
 @dataclass
 class Round:
+    retention: str
     broker_s: float
     relay_s: float
     base_rss: int
     peak_rss: int
+    broker_cpu: dict[str, float | None]  # producer, postgres, kafka
+    relay_cpu: dict[str, float | None]  # relay, postgres, kafka
+
+
+class ServerCpu:
+    """CPU seconds of the shared Postgres and Kafka over a window (None when unknown)."""
+
+    def __init__(self, server: str, bootstrap: str) -> None:
+        cache = Path(os.environ.get("OUTBOX_CACHE_DIR", "/var/cache/outbox-relay"))
+        self.services = Services(server, bootstrap, own=False, cache=cache)
+
+    def take(self) -> dict[str, dict[int, float]]:
+        kafka = {p: c for p in self.services.kafka_pids() if (c := cpu_seconds(p)) is not None}
+        # The live backends only: the postmaster's reaped-children time would add the whole
+        # life of the backlog writer's backend, which exits in the window.
+        postgres = total_cpu(self.services.postgres_pids()[1:])
+        return {"postgres": postgres, "kafka": kafka}
+
+    @staticmethod
+    def between(
+        before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+    ) -> dict[str, float | None]:
+        return {
+            name: cpu_between(before[name], after[name]) if after[name] else None
+            for name in ("postgres", "kafka")
+        }
+
+
+def own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -79,6 +118,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--claim-max-bytes", type=int, default=None, help="the relay's; default: its own"
     )
+    p.add_argument(
+        "--retentions",
+        default="keep",
+        help="comma list of the relay's retention modes, each run in every round (keep, delete)",
+    )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     try:
@@ -87,6 +131,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--sizes takes a comma list of byte counts")
     if not args.sizes or any(s < 1 for s in args.sizes):
         p.error("--sizes takes positive byte counts")
+    args.retentions = [r for r in args.retentions.split(",") if r]
+    if not args.retentions or any(r not in ("keep", "delete") for r in args.retentions):
+        p.error("--retentions takes a comma list of keep and delete")
     if min(args.events, args.keys, args.partitions, args.rounds) < 1:
         p.error("--events, --keys, --partitions and --rounds must be positive")
     return args
@@ -105,8 +152,11 @@ def max_message_bytes(size: int) -> int:
     return size + 64 * 1024
 
 
-async def broker_round(args: argparse.Namespace, bootstrap: str, topic: str, size: int) -> float:
-    """Seconds for an aiokafka producer to send the backlog's records and get every ack."""
+async def broker_round(
+    args: argparse.Namespace, bootstrap: str, topic: str, size: int, servers: ServerCpu
+) -> tuple[float, dict[str, float | None]]:
+    """Seconds for an aiokafka producer to send the backlog's records and get every ack, and
+    the CPU seconds spent meanwhile."""
     payloads = blobs(size, args.seed)
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
@@ -122,6 +172,7 @@ async def broker_round(args: argparse.Namespace, bootstrap: str, topic: str, siz
             *[await producer.send(topic, value=b"x", partition=p) for p in range(args.partitions)]
         )
         headers = [("content-type", b"application/octet-stream")]
+        cpu_before, own_before = servers.take(), own_cpu()
         start = time.perf_counter()
         sends = [
             await producer.send(
@@ -137,7 +188,9 @@ async def broker_round(args: argparse.Namespace, bootstrap: str, topic: str, siz
             for i in range(args.events)
         ]
         await asyncio.gather(*sends)
-        return time.perf_counter() - start
+        took = time.perf_counter() - start
+        cpu = {"producer": own_cpu() - own_before, **ServerCpu.between(cpu_before, servers.take())}
+        return took, cpu
     finally:
         await producer.stop()
 
@@ -183,9 +236,16 @@ async def wait_drained(url: str, relay: Proc, timeout_s: float) -> None:
 
 
 async def relay_round(
-    args: argparse.Namespace, server: str, bootstrap: str, size: int, logdir: Path
-) -> tuple[float, int, int]:
-    """Seconds for the relay to drain the backlog, its RSS before and its peak RSS."""
+    args: argparse.Namespace,
+    server: str,
+    bootstrap: str,
+    size: int,
+    retention: str,
+    logdir: Path,
+    servers: ServerCpu,
+) -> tuple[float, int, int, dict[str, float | None]]:
+    """Seconds for the relay to drain the backlog, its RSS before, its peak RSS and the CPU
+    seconds spent in the drain."""
     dbname = f"bench_large_{uuid.uuid4().hex[:8]}"
     prefix = f"{dbname}."
     admin(server, "bench_database_create", dbname)
@@ -204,6 +264,7 @@ async def relay_round(
         env["OUTBOX_KAFKA_MAX_REQUEST_SIZE"] = str(max(1_048_576, max_message_bytes(size)))
         if args.claim_max_bytes is not None:
             env["OUTBOX_CLAIM_MAX_BYTES"] = str(args.claim_max_bytes)
+        env["OUTBOX_RETENTION"] = retention
         relay = launch(f"relay-{dbname}", [sys.executable, "-m", "relay.cli", "run"], env, logdir)
         # Up, holding its shards and knowing the partitions' leaders: small events on
         # enough keys to reach every partition are published first.
@@ -220,11 +281,14 @@ async def relay_round(
         assert before is not None
         start = time.perf_counter()
         await asyncio.to_thread(write_backlog, url, args, size)
+        cpu_before, relay_cpu = servers.take(), cpu_seconds(relay.pid)
+        assert relay_cpu is not None
         committed = time.perf_counter()
         await wait_drained(url, relay, DRAIN_TIMEOUT_S)
         drained = time.perf_counter() - committed
         after = sample(relay.pid)
         assert after is not None
+        cpu = {"relay": after.cpu_s - relay_cpu, **ServerCpu.between(cpu_before, servers.take())}
         async with TopicCounter(bootstrap, topic, args.partitions) as counter:
             on_topic = await counter.count()
         if on_topic < args.events + WARM_UP:
@@ -234,7 +298,7 @@ async def relay_round(
             f"drained it in {drained:.2f} s",
             flush=True,
         )
-        return drained, before.rss_bytes, after.peak_rss_bytes
+        return drained, before.rss_bytes, after.peak_rss_bytes, cpu
     finally:
         if relay is not None:
             relay.stop()
@@ -245,6 +309,7 @@ async def relay_round(
 async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Round]:
     server = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    servers = ServerCpu(server, bootstrap)
     rounds: list[Round] = []
     for n in range(args.rounds):
         topic = f"bench_large_broker_{uuid.uuid4().hex[:8]}"
@@ -252,24 +317,38 @@ async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Ro
             bootstrap, topic, args.partitions, {"max.message.bytes": str(max_message_bytes(size))}
         )
         try:
-            broker_s = await broker_round(args, bootstrap, topic, size)
+            broker_s, broker_cpu = await broker_round(args, bootstrap, topic, size, servers)
         finally:
             await delete_topics(bootstrap, [topic])
-        relay_s, base, peak = await relay_round(args, server, bootstrap, size, logdir)
-        r = Round(broker_s, relay_s, base, peak)
-        rounds.append(r)
-        print(
-            f"[large] {size:,} B round {n + 1}: broker {args.events / broker_s:,.0f} ev/s, "
-            f"relay {args.events / relay_s:,.0f} ev/s, relay / broker {broker_s / relay_s:.2f}; "
-            f"relay RSS {base / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB",
-            flush=True,
-        )
+        for retention in args.retentions:
+            relay_s, base, peak, relay_cpu = await relay_round(
+                args, server, bootstrap, size, retention, logdir, servers
+            )
+            rounds.append(Round(retention, broker_s, relay_s, base, peak, broker_cpu, relay_cpu))
+            print(
+                f"[large] {size:,} B round {n + 1}, retention={retention}: "
+                f"broker {args.events / broker_s:,.0f} ev/s, "
+                f"relay {args.events / relay_s:,.0f} ev/s, relay / broker {broker_s / relay_s:.2f}; "
+                f"relay RSS {base / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB; "
+                f"CPU s broker {cpu_text(broker_cpu)}, relay {cpu_text(relay_cpu)}",
+                flush=True,
+            )
     return rounds
+
+
+def cpu_text(cpu: dict[str, float | None]) -> str:
+    return " ".join(f"{name}={'-' if v is None else f'{v:.2f}'}" for name, v in cpu.items())
+
+
+def median_cpu(rounds: list[Round], side: str, name: str) -> str:
+    values = [v for r in rounds if (v := getattr(r, side).get(name)) is not None]
+    return f"{statistics.median(values):.2f}" if values else ""
 
 
 def report(args: argparse.Namespace, results: dict[int, list[Round]]) -> str:
     header = [
         "payload B",
+        "retention",
         "broker ev/s",
         "broker MB/s",
         "relay ev/s",
@@ -277,25 +356,37 @@ def report(args: argparse.Namespace, results: dict[int, list[Round]]) -> str:
         "relay / broker",
         "relay RSS before MiB",
         "relay peak RSS MiB",
+        "broker CPU s: producer / Postgres / Kafka",
+        "relay CPU s: relay / Postgres / Kafka",
     ]
     rows = []
-    for size, rounds in results.items():
-        broker = statistics.median(args.events / r.broker_s for r in rounds)
-        relay = statistics.median(args.events / r.relay_s for r in rounds)
-        ratio = statistics.median(r.broker_s / r.relay_s for r in rounds)
-        rows.append(
-            [
-                f"{size:,}",
-                f"{broker:,.0f}",
-                f"{broker * size / 1e6:,.0f}",
-                f"{relay:,.0f}",
-                f"{relay * size / 1e6:,.0f}",
-                f"{ratio:.2f}",
-                f"{statistics.median(r.base_rss for r in rounds) / MiB:.0f}",
-                f"{max(r.peak_rss for r in rounds) / MiB:.0f}",
-            ]
-        )
-    text = "\n".join(markdown_table([header, *rows], 1)) + "\n"
+    for size, all_rounds in results.items():
+        for retention in args.retentions:
+            rounds = [r for r in all_rounds if r.retention == retention]
+            broker = statistics.median(args.events / r.broker_s for r in rounds)
+            relay = statistics.median(args.events / r.relay_s for r in rounds)
+            ratio = statistics.median(r.broker_s / r.relay_s for r in rounds)
+            rows.append(
+                [
+                    f"{size:,}",
+                    retention,
+                    f"{broker:,.0f}",
+                    f"{broker * size / 1e6:,.0f}",
+                    f"{relay:,.0f}",
+                    f"{relay * size / 1e6:,.0f}",
+                    f"{ratio:.2f}",
+                    f"{statistics.median(r.base_rss for r in rounds) / MiB:.0f}",
+                    f"{max(r.peak_rss for r in rounds) / MiB:.0f}",
+                    " / ".join(
+                        median_cpu(rounds, "broker_cpu", n)
+                        for n in ("producer", "postgres", "kafka")
+                    ),
+                    " / ".join(
+                        median_cpu(rounds, "relay_cpu", n) for n in ("relay", "postgres", "kafka")
+                    ),
+                ]
+            )
+    text = "\n".join(markdown_table([header, *rows], 2)) + "\n"
     text += f"\n{args.events} events over {args.keys} keys, {args.partitions} partitions, "
     text += f"{args.rounds} rounds (medians; peak: the highest); load average {loadavg()}\n"
     return text
