@@ -255,7 +255,9 @@ async def test_a_lock_held_elsewhere_times_out_the_claim_and_the_relay_carries_o
     try:
         async with running_relay(settings) as relay:
             await until(lambda: relay.stats.last_heartbeat_ok > 0)  # started
-            next(lock)
+            # In a thread: LOCK TABLE waits for any transaction of the relay's in flight,
+            # which only this loop can finish.
+            await asyncio.to_thread(next, lock)
             await until(lambda: relay.stats.store_errors >= 2)
             next(lock, None)  # the lock's transaction ends
             # In a thread: the relay shares this loop, and a transaction it has begun
