@@ -21,9 +21,9 @@ of PARTITIONS partitions whose max.message.bytes takes them.
 Rounds alternate broker and relay (the relay once for each of --retentions, against that
 round's broker); each prints relay / broker, and the table the medians. CPU seconds in each
 window, from /proc: the relay process, Postgres (its live backends: the relay's connections
-and the bench's poll; a backend that ends in the window is not counted) and Kafka, found through the pid files scripts/services.py writes in
-OUTBOX_CACHE_DIR (blank when they are not there); for the broker, this process (the
-producer) instead of the relay.
+and the bench's poll; a backend that ends in the window is not counted) and Kafka, found
+through the pid files scripts/services.py writes in OUTBOX_CACHE_DIR (blank when they are
+not there); for the broker, this process (the producer) instead of the relay.
 Uses DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS as given (`eval "$(scripts/services env)"`).
 """
 
@@ -87,7 +87,7 @@ class ServerCpu:
         self.services = Services(server, bootstrap, own=False, cache=cache)
 
     def take(self) -> dict[str, dict[int, float]]:
-        kafka = {p: c for p in self.services.kafka_pids() if (c := cpu_seconds(p)) is not None}
+        kafka = total_cpu(self.services.kafka_pids())
         # The live backends only: the postmaster's reaped-children time would add the whole
         # life of the backlog writer's backend, which exits in the window.
         postgres = total_cpu(self.services.postgres_pids()[1:])
