@@ -139,6 +139,7 @@ class RelaySettings(FlatSettings):
             topics=self.topics,
             max_request_size=self.kafka.max_request_size,
             keep=self.purge.keep,
+            move_max_bytes=self.purge.retention_move_max_bytes,
             turns=self.tenants.turns(),
             bulk_rows=self.tenants.bulk_rows(),
         )

@@ -24,8 +24,19 @@ log = logging.getLogger("relay.purge")
 class PurgeSettings(SettingsGroup):
     retention: Literal["keep", "delete"] = Field(
         default="keep",
-        description="keep published rows, marked published, for retention_period_s (replay "
-        "and audit need them), or delete them at once (a little faster).",
+        description="keep published rows for retention_period_s (replay and audit need them; "
+        "on Postgres in the history table outbox_published, large ones marked in "
+        "outbox_events), or delete them at once (a little faster).",
+    )
+    retention_move_max_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="retention=keep on Postgres: a published row whose payload is at most "
+        "this many bytes moves into the history table (outbox_published); a larger one stays "
+        "in outbox_events, marked published, until the purge deletes it after "
+        "retention_period_s. Moving copies the payload inside the database (its TOAST and "
+        "its WAL written again), which made large events drain at half the rate of "
+        "retention=delete; marking writes one small row version (docs/tuning.md).",
     )
     retention_period_s: float = Field(
         default=7 * 24 * 3600.0,

@@ -98,6 +98,7 @@ class BatchRules:
     topics: TopicSettings
     max_request_size: int  # the producer's: a larger record is refused before sending
     keep: bool  # retention=keep: mark published rows instead of deleting them
+    move_max_bytes: int = 64 * 1024  # keep: larger payloads are marked where they are
     turns: TenantTurns | None = None  # fair_tenants: claims take turns between tenants
     bulk_rows: int | None = None  # with turns: a tenant's backlog drains in a lane of its own
 
@@ -447,7 +448,14 @@ class Step:
         rules = self.rules
         published, failures = sent.published, sent.failures
         settled = await self._store.settle(
-            SettleRequest(rules.owner, sent.tokens, list(map(_ID, published)), failures, rules.keep)
+            SettleRequest(
+                rules.owner,
+                sent.tokens,
+                list(map(_ID, published)),
+                failures,
+                rules.keep,
+                rules.move_max_bytes,
+            )
         )
         if settled.lost:
             # Those rows stay pending for the shard's new owner (published again: at least

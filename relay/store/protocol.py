@@ -96,6 +96,9 @@ class SettleRequest:
     published_ids: Sequence[int]
     failures: Sequence[Failure]
     keep: bool
+    # keep: acked rows with larger payloads are marked published where they are instead of
+    # moved into the history (Postgres; PurgeSettings.retention_move_max_bytes).
+    move_max_bytes: int = 64 * 1024
 
 
 @dataclass(frozen=True)

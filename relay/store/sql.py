@@ -62,7 +62,8 @@ def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) 
         "outbox_mark_published" if keep else "outbox_delete_published",
         {**shards, "published_ids": params["published_ids"]},
     )
-    failures = {k: v for k, v in params.items() if k != "published_ids"}
+    # SQLite marks kept rows where they are, whatever their size: no move_max_bytes.
+    failures = {k: params[k] for k in ("failed_ids", "errors", "delays_s", "parks")}
     failed = yield Statement("outbox_record_failures", {**shards, **failures})
     return Settled(len(published), len(failed), lost)
 
@@ -350,6 +351,8 @@ class SqlStore:
         }
         tokens = request.tokens
         fence = {"owner": request.owner, "shards": list(tokens), "tokens": list(tokens.values())}
+        if request.keep:
+            params["move_max_bytes"] = request.move_max_bytes
         settled: Settled = await self._plan("settle", self._settle(fence, params, request.keep))
         return settled
 

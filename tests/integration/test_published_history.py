@@ -233,6 +233,8 @@ async def test_sqlite_keeps_its_rows_in_outbox_events(backend: Backend, store: S
         ("retention", "kept"),
         ("purge_lock_timeout_s", 0.0),
         ("purge_lock_timeout_s", 3600.0),
+        ("retention_move_max_bytes", -1),
+        ("retention_move_max_bytes", "64k"),
     ],
 )
 def test_a_bad_retention_is_refused_at_config_load(field: str, value: object) -> None:
@@ -269,3 +271,48 @@ async def test_rows_an_older_relay_marked_in_place_are_replayed_and_purged(
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [ids[0]]
     assert await pg_store.purge(0.0, 3600.0, 100) == 2
     assert sorted(row_states(pgb)) == [ids[0]]
+
+
+async def test_keep_marks_large_payloads_in_place_and_moves_the_rest(
+    pgb: Backend, pg_store: Store
+) -> None:
+    """A payload above move_max_bytes is not copied into the history: its row is marked
+    published in outbox_events, where claims never see it again, replay finds and replays
+    it, and the purge deletes it after the retention. The others move as before."""
+    keys = keys_on_shard(SHARD, 2)
+    big = {"blob": "x" * 150_000}  # out of line (TOAST), above the default 64 KiB
+    ids = emit(pgb, event(keys[0]), event(keys[0], payload=big), event(keys[1], payload=big))
+    token = await pg_store.lease_acquire(SHARD, OWNER, 30)
+    assert token is not None
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == ids
+    done = await settle(pg_store, OWNER, {SHARD: token}, ids, [], True)
+    assert done.published == 3
+    assert [r[0] for r in pgb.fetch("published_rows")] == [ids[0]]
+    marked = {i: s.published for i, s in row_states(pgb).items() if i != ids[0]}
+    assert marked == {ids[1]: True, ids[2]: True}
+    assert {int(r[0]) for r in pgb.fetch("outbox_rows")} == {ids[1], ids[2]}
+    assert await claim(pg_store, [SHARD], 100, "block_key") == []
+    # A later row of the key goes out: the marked row holds nothing back.
+    later = emit(pgb, event(keys[0]))
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == later
+    assert admin.replay_list(pgb.url) == ids
+    assert admin.replay_ids(pgb.url, [ids[1]]).ids == [ids[1]]
+    assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [ids[1], *later]
+    # ids[2] marked, ids[0] in the DEFAULT partition (no rotation ran); ids[1] is pending.
+    assert await pg_store.purge(0.0, 3600.0, 100) == 2
+    assert sorted(row_states(pgb)) == [ids[1], *later]
+
+
+@pytest.mark.parametrize(("limit", "in_history"), [(0, []), (10**9, [0, 1])])
+async def test_move_max_bytes_decides_where_each_row_goes(
+    pgb: Backend, pg_store: Store, limit: int, in_history: list[int]
+) -> None:
+    keys = keys_on_shard(SHARD, 1)
+    ids = emit(pgb, event(keys[0]), event(keys[0], payload={"blob": "y" * 100_000}))
+    token = await pg_store.lease_acquire(SHARD, OWNER, 30)
+    assert token is not None
+    await claim(pg_store, [SHARD], 100, "block_key")
+    done = await settle(pg_store, OWNER, {SHARD: token}, ids, [], True, move_max_bytes=limit)
+    assert done.published == 2
+    assert [r[0] for r in pgb.fetch("published_rows")] == [ids[i] for i in in_history]
+    assert all(s.published for s in row_states(pgb).values())

@@ -263,10 +263,36 @@ DELETE FROM outbox_events e
 e.id, e.event_id, e.topic, e.key, e.shard, e.event_type, e.payload, e.headers, e.created_at,
 e.attempts, e.last_error, e.tenant
 
+-- fragment: acked_in_lease
+-- The settle's acked rows, of the shards whose lease still carries our token.
+e.id = ANY(%(published_ids)s::bigint[]) AND e.shard IN (SELECT shard FROM lease)
+
+-- fragment: payload_stays
+-- retention=keep: a payload larger than move_max_bytes is not copied into the history (a
+-- move writes its TOAST chunks and their WAL again, for every byte); its row is marked
+-- published where it is, one small row version, and the purge deletes it after the
+-- retention. octet_length reads the stored length, never the value.
+octet_length(e.payload) > %(move_max_bytes)s::bigint
+
+-- fragment: moved_only
+AND NOT {{payload_stays}}
+
+-- fragment: count_deleted
+(SELECT count(*) FROM done)
+
+-- fragment: count_kept
+(SELECT count(*) FROM done) + (SELECT count(*) FROM marked)
+
 -- fragment: kept_in_history
--- retention=keep: the rows deleted by done go into the history, published now. A
--- data-modifying CTE runs whether or not the statement reads it, in the settle's one
--- transaction: a row is in outbox_events or in outbox_published, never in both or neither.
+-- retention=keep: the rows deleted by done go into the history, published now; those with
+-- large payloads are marked where they are instead. A data-modifying CTE runs whether or
+-- not the statement reads it, in the settle's one transaction: a published row is in
+-- outbox_events (marked) or in outbox_published, never in both or neither.
+marked AS (
+    UPDATE outbox_events e SET published_at = now()
+    WHERE {{acked_in_lease}} AND {{payload_stays}}
+    RETURNING 1
+),
 kept AS (
     INSERT INTO outbox_published (id, event_id, topic, key, shard, event_type, payload,
                                   headers, created_at, attempts, last_error, published_at,
@@ -276,7 +302,7 @@ kept AS (
     FROM done d
 ),
 
--- fragment: settle(acked, returned, kept)
+-- fragment: settle(acked, moved, returned, kept, published)
 -- One statement settles a cycle over many shards: acked rows are deleted (the acked slot;
 -- with retention=keep, kept moves them into outbox_published), failed rows get their
 -- attempt, error and next time (or are parked). Each shard's lease row is locked FOR KEY SHARE and must still carry our token:
@@ -295,8 +321,8 @@ WITH lease AS (
 ),
 done AS (
     {{acked}}
-    WHERE e.id = ANY(%(published_ids)s::bigint[])
-      AND e.shard IN (SELECT shard FROM lease)
+    WHERE {{acked_in_lease}}
+    {{moved}}
     RETURNING {{returned}}
 ),
 {{kept}}
@@ -312,17 +338,18 @@ failed AS (
     RETURNING 1
 )
 SELECT coalesce((SELECT array_agg(shard::int) FROM lease), '{}') AS held,
-       (SELECT count(*) FROM done) AS published, (SELECT count(*) FROM failed) AS failed
+       {{published}} AS published, (SELECT count(*) FROM failed) AS failed
 
 -- name: outbox_settle_delete
 -- retention=delete: acked rows are deleted.
-{{settle(acked=delete_acked, returned=returned_count, kept=nothing)}};
+{{settle(acked=delete_acked, moved=nothing, returned=returned_count, kept=nothing, published=count_deleted)}};
 
 -- name: outbox_settle_keep
 -- retention=keep: acked rows move into outbox_published, where they stay until the purge
 -- drops their partition (docs/design.md, "Published rows"). A row leaves outbox_events as
--- with retention=delete: no second row version there, and none in the history.
-{{settle(acked=delete_acked, returned=returned_history, kept=kept_in_history)}};
+-- with retention=delete: no second row version there, and none in the history. A row
+-- whose payload is larger than move_max_bytes is marked published where it is.
+{{settle(acked=delete_acked, moved=moved_only, returned=returned_history, kept=kept_in_history, published=count_kept)}};
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.
