@@ -81,6 +81,9 @@ def kafka_write_config() -> None:
         # Tests create many short-lived topics; keep the broker's disk use small.
         "log.retention.hours": "24",
         "log.segment.bytes": str(64 * 1024 * 1024),
+        # A deleted topic's files go at once, not a minute later: their removal took the
+        # broker's CPU in whatever benchmark window it fell (a drain ran at half speed).
+        "log.segment.delete.delay.ms": "0",
         "auto.create.topics.enable": "false",
     }
     P.kafka_props.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
