@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from outbox_core.queries import query
+from relay.control.purge import PurgeSettings
 from tests.support.db import Backend, postgres_backend
 from tests.support.stores import emit, event, keys_on_shard, opened_store, row_states, settle
 
@@ -53,6 +54,7 @@ def settle_params(token: int, published: list[int]) -> dict[str, Any]:
         "errors": [],
         "delays_s": [],
         "parks": [],
+        "move_max_bytes": PurgeSettings().retention_move_max_bytes,
     }
 
 
