@@ -37,7 +37,6 @@ from bench.database import admin, load_sql, with_database  # noqa: E402
 from bench.markdown_table import markdown_table  # noqa: E402
 from outbox_core.queries import query  # noqa: E402
 from producer_lib import migrate  # noqa: E402
-from relay.control.purge import PurgeSettings  # noqa: E402
 
 Q = load_sql("horizon_explain.sql")
 SHARDS = 16
@@ -82,7 +81,7 @@ def settle_params(ids: list[int]) -> dict[str, Any]:
         "errors": [],
         "delays_s": [],
         "parks": [],
-        "move_max_bytes": PurgeSettings().retention_move_max_bytes,
+        "move_max_bytes": 64 * 1024,  # retention_move_max_bytes, its default
     }
 
 
