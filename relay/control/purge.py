@@ -16,7 +16,7 @@ from outbox_core.periodic import every
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor
 from relay.errors import StoreUnavailable
-from relay.store import Rotated, Rotation, Store
+from relay.store import MOVE_MAX_BYTES, Rotated, Rotation, Store
 
 log = logging.getLogger("relay.purge")
 
@@ -29,7 +29,7 @@ class PurgeSettings(SettingsGroup):
         "outbox_events), or delete them at once (a little faster).",
     )
     retention_move_max_bytes: int = Field(
-        default=64 * 1024,
+        default=MOVE_MAX_BYTES,
         ge=0,
         description="retention=keep on Postgres: a published row whose payload is at most "
         "this many bytes moves into the history table (outbox_published); a larger one stays "

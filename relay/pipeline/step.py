@@ -32,7 +32,15 @@ from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import pieces
 from relay.errors import StoreUnavailable
 from relay.pipeline.ordering import KeyOrder, Plan
-from relay.store import ClaimedRow, ClaimRequest, Failure, SettleRequest, Store, TenantTurns
+from relay.store import (
+    MOVE_MAX_BYTES,
+    ClaimedRow,
+    ClaimRequest,
+    Failure,
+    SettleRequest,
+    Store,
+    TenantTurns,
+)
 from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
 from relay.transport.protocol import Publisher
 from relay.transport.records import OutgoingRecord, to_records
@@ -98,7 +106,7 @@ class BatchRules:
     topics: TopicSettings
     max_request_size: int  # the producer's: a larger record is refused before sending
     keep: bool  # retention=keep: mark published rows instead of deleting them
-    move_max_bytes: int = 64 * 1024  # keep: larger payloads are marked where they are
+    move_max_bytes: int = MOVE_MAX_BYTES  # keep: larger payloads are marked where they are
     turns: TenantTurns | None = None  # fair_tenants: claims take turns between tenants
     bulk_rows: int | None = None  # with turns: a tenant's backlog drains in a lane of its own
 

@@ -3,6 +3,7 @@ SQL implementation (sql.py) and the file lock of an SQLite database (file_lock.p
 protocol's names are this package's public entry points."""
 
 from relay.store.protocol import (
+    MOVE_MAX_BYTES,
     AppliedMigration,
     Backlog,
     ClaimedRow,
@@ -22,6 +23,7 @@ from relay.store.protocol import (
 )
 
 __all__ = [
+    "MOVE_MAX_BYTES",
     "AppliedMigration",
     "Backlog",
     "ClaimRequest",

@@ -86,6 +86,10 @@ class Failure:
     park: bool
 
 
+# retention=keep: the largest payload a settle copies into the history by default.
+MOVE_MAX_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class SettleRequest:
     """What Store.settle is asked to write: as owner, fenced by each shard's token, the acked
@@ -98,7 +102,7 @@ class SettleRequest:
     keep: bool
     # keep: acked rows with larger payloads are marked published where they are instead of
     # moved into the history (Postgres; PurgeSettings.retention_move_max_bytes).
-    move_max_bytes: int = 64 * 1024
+    move_max_bytes: int = MOVE_MAX_BYTES
 
 
 @dataclass(frozen=True)
