@@ -57,6 +57,7 @@ from bench.database import admin, load_sql, with_database  # noqa: E402
 from bench.guard import run_guarded  # noqa: E402
 from bench.markdown_table import markdown_table  # noqa: E402
 from bench.procstat import cpu_between, cpu_seconds, sample, total_cpu  # noqa: E402
+from bench.warm_memory import warm  # noqa: E402
 from producer_lib import Event, Outbox, migrate  # noqa: E402
 
 Q = load_sql("large_events.sql")
@@ -65,6 +66,10 @@ EVENT_TYPE = "LargeEvent"
 BLOBS = 4  # distinct payloads (random bytes: incompressible, as Postgres stores them)
 DRAIN_TIMEOUT_S = 600.0
 WARM_UP = 64  # small events before the backlog
+# Warm free memory made before each window (bench/warm_memory.py), in backlogs: the relay's
+# window has Postgres write the backlog (its WAL and pages, about twice the payload) and
+# then the broker append it; the broker's window only the append.
+WARM_FACTOR = 3
 MiB = 1024 * 1024
 
 
@@ -123,6 +128,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="keep",
         help="comma list of the relay's retention modes, each run in every round (keep, delete)",
     )
+    p.add_argument(
+        "--no-warm",
+        dest="warm",
+        action="store_false",
+        help="do not make free memory warm before each window (bench/warm_memory.py)",
+    )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     try:
@@ -172,6 +183,8 @@ async def broker_round(
             *[await producer.send(topic, value=b"x", partition=p) for p in range(args.partitions)]
         )
         headers = [("content-type", b"application/octet-stream")]
+        if args.warm:
+            warm(WARM_FACTOR * args.events * size)
         cpu_before, own_before = servers.take(), own_cpu()
         start = time.perf_counter()
         sends = [
@@ -279,6 +292,8 @@ async def relay_round(
         await wait_drained(url, relay, 60)
         before = sample(relay.pid)
         assert before is not None
+        if args.warm:
+            warm(WARM_FACTOR * args.events * size)  # the backlog's write, then the broker's
         start = time.perf_counter()
         await asyncio.to_thread(write_backlog, url, args, size)
         cpu_before, relay_cpu = servers.take(), cpu_seconds(relay.pid)

@@ -1,11 +1,13 @@
 """bench/large_events.py's retention modes: every round runs each one named, against that
-round's broker run, and a mode the relay does not have is refused before anything starts."""
+round's broker run, and a mode the relay does not have is refused before anything starts;
+each window starts on warm memory unless --no-warm."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.large_events import parse_args
+from bench.warm_memory import warm
 
 
 def test_the_relay_s_default_mode_alone_unless_asked() -> None:
@@ -21,3 +23,13 @@ def test_a_mode_the_relay_does_not_have_is_refused(
         parse_args(["--retentions", hostile])
     assert exit_.value.code == 2
     assert "--retentions" in capsys.readouterr().err
+
+
+def test_windows_start_on_warm_memory_unless_told_not_to() -> None:
+    assert parse_args([]).warm is True
+    assert parse_args(["--no-warm"]).warm is False
+
+
+@pytest.mark.parametrize("nbytes", [1, 4095, 4097, 3 * 1024 * 1024 + 5])
+def test_warming_writes_whole_pages_of_any_size(nbytes: int) -> None:
+    assert warm(nbytes) >= 0.0
