@@ -18,8 +18,9 @@ of PARTITIONS partitions whose max.message.bytes takes them.
   (polled every 20 ms). Its peak RSS is VmHWM from /proc/<pid>/status (the kernel's
   high-water mark, so no peak falls between samples), its base the RSS before the commit.
 
-Rounds alternate broker and relay (the relay once for each of --retentions, against that
-round's broker); each prints relay / broker, and the table the medians. CPU seconds in each
+Each window starts on warm free memory (bench/warm_memory.py; --no-warm: as the machine
+left it). Rounds alternate broker and relay (the relay once for each of --retentions,
+against that round's broker); each prints relay / broker, and the table the medians. CPU seconds in each
 window, from /proc: the relay process, Postgres (its live backends: the relay's connections
 and the bench's poll; a backend that ends in the window is not counted) and Kafka, found
 through the pid files scripts/services.py writes in OUTBOX_CACHE_DIR (blank when they are
