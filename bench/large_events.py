@@ -20,11 +20,12 @@ of PARTITIONS partitions whose max.message.bytes takes them.
 
 Each window starts on warm free memory (bench/warm_memory.py; --no-warm: as the machine
 left it). Rounds alternate broker and relay (the relay once for each of --retentions,
-against that round's broker); each prints relay / broker, and the table the medians. CPU seconds in each
-window, from /proc: the relay process, Postgres (its live backends: the relay's connections
-and the bench's poll; a backend that ends in the window is not counted) and Kafka, found
-through the pid files scripts/services.py writes in OUTBOX_CACHE_DIR (blank when they are
-not there); for the broker, this process (the producer) instead of the relay.
+against that round's broker); each prints relay / broker, and the table the medians. CPU
+seconds in each window, from /proc: the relay process, Postgres (its live backends: the
+relay's connections and the bench's poll; a backend that ends in the window is not
+counted) and Kafka, found through the pid files scripts/services.py writes in
+OUTBOX_CACHE_DIR (blank when they are not there); for the broker, this process (the
+producer) instead of the relay.
 Uses DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS as given (`eval "$(scripts/services env)"`).
 """
 

@@ -21,23 +21,19 @@ import ctypes
 import mmap
 import time
 
-PAGE = mmap.PAGESIZE
 
-
-def first_touch_s(nbytes: int) -> float:
-    """Seconds to write nbytes of fresh anonymous memory (its first touch), then free it."""
+def warm(nbytes: int) -> float:
+    """Write nbytes of fresh anonymous memory (its first touch) and free it: the machine's
+    next nbytes of free memory are warm. Returns the seconds the writing took."""
+    if nbytes < 1:
+        raise ValueError(f"warm takes a positive byte count, not {nbytes}")
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
-        start = time.perf_counter()
         view = (ctypes.c_char * nbytes).from_buffer(region)
+        start = time.perf_counter()
         ctypes.memset(view, 1, nbytes)
         took = time.perf_counter() - start
-        del view
+        del view  # the buffer export must end before the region can close
     finally:
         region.close()
     return took
-
-
-def warm(nbytes: int) -> float:
-    """Make nbytes of the machine's free memory warm; returns the seconds it took."""
-    return first_touch_s(max(PAGE, nbytes - nbytes % PAGE))

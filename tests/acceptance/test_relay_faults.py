@@ -341,10 +341,12 @@ async def test_a_replica_whose_producer_cannot_start_again_hands_its_shards_over
         await wait_split(pg, ["r1", "r2"])
         await writers.wait_committed(300)
         # r2 must have published before it breaks, or the takeover proves nothing.
-        for _ in range(300):  # 30 s at most
-            if settled_by(pg).get("r2", 0) > 0:
-                break
-            await asyncio.sleep(0.1)
+        await until(
+            lambda: settled_by(pg).get("r2", 0) > 0,
+            30,
+            "r2's first settle",
+            state=lambda: settled_by(pg),
+        )
         armed.touch()
         code = await asyncio.to_thread(r2.wait, 60)
         assert code == EXIT_CANNOT_PUBLISH, r2.log()

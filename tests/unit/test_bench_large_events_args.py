@@ -31,5 +31,11 @@ def test_windows_start_on_warm_memory_unless_told_not_to() -> None:
 
 
 @pytest.mark.parametrize("nbytes", [1, 4095, 4097, 3 * 1024 * 1024 + 5])
-def test_warming_writes_whole_pages_of_any_size(nbytes: int) -> None:
-    assert warm(nbytes) >= 0.0
+def test_warming_takes_any_positive_size(nbytes: int) -> None:
+    assert warm(nbytes) > 0.0
+
+
+@pytest.mark.parametrize("hostile", [0, -1, -(2**40)])
+def test_warming_refuses_a_size_that_is_not_positive(hostile: int) -> None:
+    with pytest.raises(ValueError, match="positive byte count"):
+        warm(hostile)
