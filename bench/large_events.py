@@ -136,6 +136,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_false",
         help="do not make free memory warm before each window (bench/warm_memory.py)",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="in every round, bench/steady_floor.py's loop drains the backlog too (a floor\n"
+        "for the relay: one delete-returning statement and one produce request a cycle)",
+    )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     try:
@@ -250,6 +256,22 @@ async def wait_drained(url: str, relay: Proc, timeout_s: float) -> None:
             await asyncio.sleep(0.02)
 
 
+async def wait_on_topic(
+    bootstrap: str, topic: str, args: argparse.Namespace, loop: Proc, timeout_s: float
+) -> None:
+    """Until every record of the warm-up and the backlog is on the topic."""
+    deadline = time.monotonic() + timeout_s
+    async with TopicCounter(bootstrap, topic, args.partitions) as counter:
+        while True:
+            if await counter.count() >= args.events + WARM_UP:
+                return
+            if not loop.alive():
+                raise RuntimeError(f"the floor loop exited:\n{loop.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not on the topic in {timeout_s:.0f} s:\n{loop.tail()}")
+            await asyncio.sleep(0.02)
+
+
 async def relay_round(
     args: argparse.Namespace,
     server: str,
@@ -260,7 +282,8 @@ async def relay_round(
     servers: ServerCpu,
 ) -> tuple[float, int, int, dict[str, float | None]]:
     """Seconds for the relay to drain the backlog, its RSS before, its peak RSS and the CPU
-    seconds spent in the drain."""
+    seconds spent in the drain. retention "floor": bench/steady_floor.py's loop instead, its
+    drain ending once every record is on the topic (it deletes rows before their acks)."""
     dbname = f"bench_large_{uuid.uuid4().hex[:8]}"
     prefix = f"{dbname}."
     admin(server, "bench_database_create", dbname)
@@ -280,7 +303,13 @@ async def relay_round(
         if args.claim_max_bytes is not None:
             env["OUTBOX_CLAIM_MAX_BYTES"] = str(args.claim_max_bytes)
         env["OUTBOX_RETENTION"] = retention
-        relay = launch(f"relay-{dbname}", [sys.executable, "-m", "relay.cli", "run"], env, logdir)
+        if retention == "floor":
+            # The rows the relay's byte budget (16 MiB by default) claims at once.
+            take = str(max(1, (args.claim_max_bytes or 16 * MiB) // size))
+            cmd = [sys.executable, "-m", "bench.steady_floor", "--gather-s", "0", "--limit", take]
+        else:
+            cmd = [sys.executable, "-m", "relay.cli", "run"]
+        relay = launch(f"{retention}-{dbname}", cmd, env, logdir)
         # Up, holding its shards and knowing the partitions' leaders: small events on
         # enough keys to reach every partition are published first.
         with psycopg.connect(url) as conn:
@@ -302,6 +331,8 @@ async def relay_round(
         assert relay_cpu is not None
         committed = time.perf_counter()
         await wait_drained(url, relay, DRAIN_TIMEOUT_S)
+        if retention == "floor":
+            await wait_on_topic(bootstrap, topic, args, relay, DRAIN_TIMEOUT_S)
         drained = time.perf_counter() - committed
         after = sample(relay.pid)
         assert after is not None
@@ -337,7 +368,7 @@ async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Ro
             broker_s, broker_cpu = await broker_round(args, bootstrap, topic, size, servers)
         finally:
             await delete_topics(bootstrap, [topic])
-        for retention in args.retentions:
+        for retention in [*args.retentions, *(["floor"] if args.floor else [])]:
             relay_s, base, peak, relay_cpu = await relay_round(
                 args, server, bootstrap, size, retention, logdir, servers
             )
@@ -378,7 +409,7 @@ def report(args: argparse.Namespace, results: dict[int, list[Round]]) -> str:
     ]
     rows = []
     for size, all_rounds in results.items():
-        for retention in args.retentions:
+        for retention in [*args.retentions, *(["floor"] if args.floor else [])]:
             rounds = [r for r in all_rounds if r.retention == retention]
             broker = statistics.median(args.events / r.broker_s for r in rounds)
             relay = statistics.median(args.events / r.relay_s for r in rounds)

@@ -52,7 +52,7 @@ from outbox_core.migrate import migrate  # noqa: E402
 
 @dataclass
 class FleetRun:
-    size: int
+    label: str  # the fleet's size, or the floor loop's gather
     idle_tx_s: float
     idle_cpu: float  # cores, all relays together
     steady_tx_s: float
@@ -120,8 +120,14 @@ def _rates(before: dict[str, float], after: dict[str, float], seconds: float) ->
 
 
 async def one_fleet(
-    args: argparse.Namespace, base: str, bootstrap: str, size: int, logdir: Path
+    args: argparse.Namespace,
+    base: str,
+    bootstrap: str,
+    size: int,
+    logdir: Path,
+    floor_gather: float | None = None,
 ) -> FleetRun:
+    """size relays, or with floor_gather bench/steady_floor.py's loop sleeping that long."""
     run_id = uuid.uuid4().hex[:8]
     dbname, prefix = f"bench_fleet_{run_id}", f"bench-fleet-{run_id}."
     topic = prefix + TOPIC
@@ -137,8 +143,14 @@ async def one_fleet(
         env["OUTBOX_ACTIVE_REPLICAS"] = str(args.active_replicas)
         env["OUTBOX_LOG_LEVEL"] = "WARNING"
         env.update(item.split("=", 1) for item in args.env)
-        launched = launch_relays(env, size, f"relay-{size}", logdir)
-        procs, ports = list(launched.values()), list(launched)
+        if floor_gather is None:
+            label = str(size)
+            launched = launch_relays(env, size, f"relay-{size}", logdir)
+            procs, ports = list(launched.values()), list(launched)
+        else:
+            label = f"floor {floor_gather:g} s"
+            cmd = [sys.executable, "-m", "bench.steady_floor", "--gather-s", str(floor_gather)]
+            procs, ports = [launch(f"floor-{floor_gather:g}", cmd, env, logdir)], []
         seq = await warm_up(url, bootstrap, topic, args.partitions, args.keys, procs)
         # Backends flush their statistics at most every 10 s when idle.
         await asyncio.sleep(12.0)
@@ -150,7 +162,7 @@ async def one_fleet(
         idle_cpu = (_cpu(procs) - cpu0) / elapsed
         idle_tx = (statements(base, dbname) - tx0) / elapsed
         print(
-            f"{size} relay(s) idle: {idle_tx:.1f} transactions/s, relays' CPU "
+            f"{label} idle: {idle_tx:.1f} transactions/s, relays' CPU "
             f"{idle_cpu * 100:.2f}% of a core (over {elapsed:.0f} s, load "
             f"{os.getloadavg()[0]:.2f}); {idle_counts}",
             flush=True,
@@ -178,7 +190,7 @@ async def one_fleet(
             (got[s] - at) * 1000 for s, at in commit_at.items() if at >= counted_from and s in got
         )
         run = FleetRun(
-            size,
+            label,
             idle_tx,
             idle_cpu,
             steady_tx,
@@ -189,7 +201,7 @@ async def one_fleet(
             os.getloadavg()[0],
         )
         print(
-            f"{size} relay(s) at {len(commit_at) / took:,.0f} events/s: relays' CPU "
+            f"{label} at {len(commit_at) / took:,.0f} events/s: relays' CPU "
             f"{steady_cpu * 100:.1f}% of a core, {steady_tx:,.0f} transactions/s (writer's "
             f"included), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, missing "
             f"{run.missing} (load {run.load_avg:.2f}); {steady_counts} (over the load's "
@@ -210,11 +222,13 @@ async def run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir or f"/tmp/relay-fleet-{uuid.uuid4().hex[:8]}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
     runs = [await one_fleet(args, base, bootstrap, size, logdir) for size in args.fleets]
+    for gather in args.floor_gathers:
+        runs.append(await one_fleet(args, base, bootstrap, 1, logdir, gather))
     first = runs[0]
     print()
     print(
         f"active_replicas={args.active_replicas}, {args.rate:,.0f} events/s offered, "
-        f"ratios against {first.size} relay(s)"
+        f"ratios against {first.label} relay(s)"
     )
     print(
         "| relays | idle tx/s | ratio | idle CPU | ratio | steady CPU | ratio | p50 ms | p99 ms "
@@ -223,7 +237,7 @@ async def run(args: argparse.Namespace) -> int:
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in runs:
         print(
-            f"| {r.size} | {r.idle_tx_s:.1f} | {r.idle_tx_s / first.idle_tx_s:.2f} | "
+            f"| {r.label} | {r.idle_tx_s:.1f} | {r.idle_tx_s / first.idle_tx_s:.2f} | "
             f"{r.idle_cpu * 100:.2f}% | {r.idle_cpu / first.idle_cpu:.2f} | "
             f"{r.steady_cpu * 100:.1f}% | {r.steady_cpu / first.steady_cpu:.2f} | "
             f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.missing} | {r.load_avg:.2f} |"
@@ -236,6 +250,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--fleets", type=lambda s: [int(x) for x in s.split(",")], default=[1, 12])
+    p.add_argument(
+        "--floor-gathers",
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        default=[],
+        help="after the fleets, bench/steady_floor.py's loop with each of these sleeps (s)",
+    )
     p.add_argument("--active-replicas", type=int, default=1, help="OUTBOX_ACTIVE_REPLICAS")
     p.add_argument("--idle-s", type=float, default=30.0, help="idle time measured")
     p.add_argument("--rate", type=float, default=1500.0, help="offered events/s")
@@ -253,6 +273,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--logdir", help="where the relays' logs go (default a /tmp folder)")
     args = p.parse_args(argv)
+    if any(g < 0 for g in args.floor_gathers):
+        p.error("--floor-gathers takes sleeps of 0 s or more")
     args.writer, args.processes = "pgbench", 1  # what relay_latency.load reads
     return args
 

@@ -4,8 +4,9 @@ bench/relay_hot_path.py fakes the relay's store with a class of its own, and a c
 of the Store protocol (the claim's tenant turns) once broke it unnoticed;
 bench/tenant_fairness.py launches relays and writers in every configuration;
 bench/pg_fetch_waits.py counts the event loop's waits by patching it; bench/outbox_bloat.py
-holds a snapshot open beside a relay; bench/large_events.py samples a relay's memory; bench/relay_failover.py SIGKILLs the active
-replica of a fleet under load. Each runs here
+holds a snapshot open beside a relay; bench/large_events.py samples a relay's memory;
+bench/relay_failover.py SIGKILLs the active replica of a fleet under load;
+bench/relay_fleet.py runs bench/steady_floor.py's loop beside a relay. Each runs here
 against the test services, its output checked for the rows it exists to print.
 """
 
@@ -168,13 +169,18 @@ def test_the_large_events_bench_runs(postgres_admin: str, kafka_bootstrap: str) 
         [
             "bench/large_events.py",
             *("--events", "24", "--keys", "6", "--sizes", "200000", "--rounds", "1"),
+            "--floor",
         ],
         {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
         220,
     )
-    (row,) = [line for line in output.splitlines() if line.startswith("| 200,000 ")]
+    row, floor = [line for line in output.splitlines() if line.startswith("| 200,000 ")]
     cells = [c.strip().replace(",", "") for c in row.strip("|").split("|")]
     assert cells[1] == "keep", output  # the relay's default
+    # The floor's drain ends once every record is on the topic (the bench counts them).
+    floor_cells = [c.strip().replace(",", "") for c in floor.strip("|").split("|")]
+    assert floor_cells[1] == "floor", output
+    assert float(floor_cells[4]) > 0, output
     broker, relay, ratio, before, peak = (float(cells[i]) for i in (2, 4, 6, 7, 8))
     # CPU seconds in the drain: the relay's always, Postgres's and Kafka's when the
     # services' pid files are found.
@@ -223,3 +229,30 @@ def test_the_failover_bench_runs_and_loses_nothing(
     assert "SIGKILLed relay-" in output, output
     assert "after the kill, p99 per window" in output, output
     assert output.rstrip().endswith("missing 0"), output
+
+
+@pytest.mark.timeout(200)
+def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
+    output = run_bench(
+        [
+            "bench/relay_fleet.py",
+            *("--fleets", "1", "--floor-gathers", "0.01", "--idle-s", "1", "--seconds", "3"),
+            *("--rate", "200", "--writers", "2", "--keys", "50", "--partitions", "2"),
+        ],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        190,
+    )
+    rows = {
+        cells[0]: cells
+        for line in output.splitlines()
+        if line.startswith("| ") and not line.startswith("| relays")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+        if cells[0] and not cells[0].startswith("-")
+    }
+    assert set(rows) == {"1", "floor 0.01 s"}, output
+    for cells in rows.values():
+        steady_cpu, missing = float(cells[5].rstrip("%")), int(cells[9])
+        assert steady_cpu > 0, output
+        assert missing == 0, output

@@ -1,0 +1,49 @@
+"""bench/steady_floor.py's loop and its place in bench/relay_fleet.py and
+bench/large_events.py: the arguments each takes, and the hostile ones refused before
+anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import large_events, relay_fleet, steady_floor
+
+
+def test_the_floor_sleeps_a_hundredth_and_takes_up_to_500_rows_by_default() -> None:
+    args = steady_floor.parse_args([])
+    assert (args.gather_s, args.limit) == (0.01, 500)
+    args = steady_floor.parse_args(["--gather-s", "0", "--limit", "16"])
+    assert (args.gather_s, args.limit) == (0.0, 16)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [["--gather-s", "-0.001"], ["--limit", "0"], ["--limit", "-5"], ["--gather-s", "soon"]],
+)
+def test_the_floor_refuses_a_sleep_or_a_limit_it_cannot_run(
+    hostile: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        steady_floor.parse_args(hostile)
+    assert exit_.value.code == 2
+    assert hostile[0] in capsys.readouterr().err
+
+
+def test_the_fleet_bench_runs_no_floor_unless_asked() -> None:
+    assert relay_fleet.parse_args([]).floor_gathers == []
+    assert relay_fleet.parse_args(["--floor-gathers", "0.01,0.02"]).floor_gathers == [0.01, 0.02]
+
+
+@pytest.mark.parametrize("hostile", ["-0.01", "0.01,-1", "fast", "0.01;0.02"])
+def test_the_fleet_bench_refuses_a_floor_sleep_it_cannot_run(
+    hostile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        relay_fleet.parse_args(["--floor-gathers", hostile])
+    assert exit_.value.code == 2
+    assert "--floor-gathers" in capsys.readouterr().err
+
+
+def test_the_large_events_bench_adds_the_floor_only_when_asked() -> None:
+    assert large_events.parse_args([]).floor is False
+    assert large_events.parse_args(["--floor"]).floor is True
