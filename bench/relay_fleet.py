@@ -126,8 +126,10 @@ async def one_fleet(
     size: int,
     logdir: Path,
     floor_gather: float | None = None,
+    floor_client: str = "aiokafka",
 ) -> FleetRun:
-    """size relays, or with floor_gather bench/steady_floor.py's loop sleeping that long."""
+    """size relays, or with floor_gather bench/steady_floor.py's loop sleeping that long
+    on floor_client."""
     run_id = uuid.uuid4().hex[:8]
     dbname, prefix = f"bench_fleet_{run_id}", f"bench-fleet-{run_id}."
     topic = prefix + TOPIC
@@ -148,9 +150,12 @@ async def one_fleet(
             launched = launch_relays(env, size, f"relay-{size}", logdir)
             procs, ports = list(launched.values()), list(launched)
         else:
-            label = f"floor {floor_gather:g} s"
+            label = f"floor {floor_gather:g} s" + (
+                "" if floor_client == "aiokafka" else f" {floor_client}"
+            )
             cmd = [sys.executable, "-m", "bench.steady_floor", "--gather-s", str(floor_gather)]
-            procs, ports = [launch(f"floor-{floor_gather:g}", cmd, env, logdir)], []
+            cmd += ["--client", floor_client]
+            procs, ports = [launch(f"floor-{floor_gather:g}-{floor_client}", cmd, env, logdir)], []
         seq = await warm_up(url, bootstrap, topic, args.partitions, args.keys, procs)
         # Backends flush their statistics at most every 10 s when idle.
         await asyncio.sleep(12.0)
@@ -222,8 +227,9 @@ async def run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir or f"/tmp/relay-fleet-{uuid.uuid4().hex[:8]}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
     runs = [await one_fleet(args, base, bootstrap, size, logdir) for size in args.fleets]
-    for gather in args.floor_gathers:
-        runs.append(await one_fleet(args, base, bootstrap, 1, logdir, gather))
+    for client in args.floor_clients:
+        for gather in args.floor_gathers:
+            runs.append(await one_fleet(args, base, bootstrap, 1, logdir, gather, client))
     first = runs[0]
     print()
     print(
@@ -256,6 +262,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=[],
         help="after the fleets, bench/steady_floor.py's loop with each of these sleeps (s)",
     )
+    p.add_argument(
+        "--floor-clients",
+        type=lambda s: [c for c in s.split(",") if c],
+        default=["aiokafka"],
+        help="the floor loop's Kafka clients, each run with every --floor-gathers "
+        "(aiokafka, librdkafka: needs confluent-kafka)",
+    )
     p.add_argument("--active-replicas", type=int, default=1, help="OUTBOX_ACTIVE_REPLICAS")
     p.add_argument("--idle-s", type=float, default=30.0, help="idle time measured")
     p.add_argument("--rate", type=float, default=1500.0, help="offered events/s")
@@ -275,6 +288,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if any(g < 0 for g in args.floor_gathers):
         p.error("--floor-gathers takes sleeps of 0 s or more")
+    if not args.floor_clients or set(args.floor_clients) - {"aiokafka", "librdkafka"}:
+        p.error("--floor-clients takes a comma list of aiokafka and librdkafka")
     args.writer, args.processes = "pgbench", 1  # what relay_latency.load reads
     return args
 

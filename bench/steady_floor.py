@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,56 +34,133 @@ from bench.database import load_sql  # noqa: E402
 
 Q = load_sql("steady_floor.sql")
 PARTITIONER = DefaultPartitioner()
-PARTITIONS: dict[str, list[int]] = {}  # topic -> its partitions, looked up once
 
 
-async def cycle(conn: Any, producer: AIOKafkaProducer, prefix: str, limit: int) -> int:
+Record = tuple[str, bytes, bytes]  # topic, key, value
+
+
+class AiokafkaSender:
+    """The relay's client: one record batch per partition, submitted at once."""
+
+    def __init__(self, bootstrap: str, max_request_size: int) -> None:
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=0,
+            max_request_size=max_request_size,
+        )
+        self.partitions: dict[str, list[int]] = {}  # topic -> its partitions, looked up once
+
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+
+    async def send(self, records: list[Record]) -> None:
+        producer = self.producer
+        batches: dict[tuple[str, int], Any] = {}
+        sent: list[asyncio.Future[Any]] = []
+        for topic, key, value in records:
+            parts = self.partitions.get(topic)
+            if parts is None:
+                parts = self.partitions[topic] = sorted(await producer.partitions_for(topic))
+            partition = PARTITIONER(key, parts, parts)
+            batch = batches.get((topic, partition))
+            if batch is None:
+                batch = batches[(topic, partition)] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None) is None:
+                sent.append(await producer.send_batch(batch, topic, partition=partition))
+                batch = batches[(topic, partition)] = producer.create_batch()
+                batch.append(key=key, value=value, timestamp=None)
+        for (topic, partition), batch in batches.items():
+            sent.append(await producer.send_batch(batch, topic, partition=partition))
+        await asyncio.gather(*sent)
+
+
+class LibrdkafkaSender:
+    """confluent-kafka (librdkafka, in C, with threads of its own): a thread serves its
+    delivery reports and wakes the loop once a cycle's last record is acked."""
+
+    def __init__(self, bootstrap: str, max_request_size: int) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 0,
+                "message.max.bytes": max_request_size,
+            }
+        )
+        self.stopping = threading.Event()
+        self.poller = threading.Thread(target=self._poll, name="delivery-reports", daemon=True)
+
+    def _poll(self) -> None:
+        while not self.stopping.is_set():
+            self.producer.poll(0.1)
+
+    async def start(self) -> None:
+        self.poller.start()
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        await asyncio.to_thread(self.poller.join)
+        await asyncio.to_thread(self.producer.flush, 10)
+
+    async def send(self, records: list[Record]) -> None:
+        loop = asyncio.get_running_loop()
+        acked: asyncio.Future[None] = loop.create_future()
+        left = len(records)
+        failed: list[object] = []
+
+        def report(err: object, _msg: object) -> None:  # on the poller's thread
+            nonlocal left
+            if err is not None:
+                failed.append(err)
+            left -= 1
+            if left == 0:
+                loop.call_soon_threadsafe(acked.set_result, None)
+
+        for topic, key, value in records:
+            self.producer.produce(topic, value, key, on_delivery=report)
+        await acked
+        if failed:
+            raise RuntimeError(f"{len(failed)} records not delivered: {failed[0]}")
+
+
+async def cycle(
+    conn: Any, sender: AiokafkaSender | LibrdkafkaSender, prefix: str, limit: int
+) -> int:
     rows = await conn.fetch(Q["floor_take"], limit)
-    if not rows:
-        return 0
-    batches: dict[tuple[str, int], Any] = {}
-    sent: list[asyncio.Future[Any]] = []
-    for topic, key, payload in rows:
-        name = prefix + topic
-        parts = PARTITIONS.get(name)
-        if parts is None:
-            parts = PARTITIONS[name] = sorted(await producer.partitions_for(name))
-        k = key.encode()
-        partition = PARTITIONER(k, parts, parts)
-        batch = batches.get((name, partition))
-        if batch is None:
-            batch = batches[(name, partition)] = producer.create_batch()
-        if batch.append(key=k, value=bytes(payload), timestamp=None) is None:
-            sent.append(await producer.send_batch(batch, name, partition=partition))
-            batch = batches[(name, partition)] = producer.create_batch()
-            batch.append(key=k, value=bytes(payload), timestamp=None)
-    for (topic, partition), batch in batches.items():
-        sent.append(await producer.send_batch(batch, topic, partition=partition))
-    await asyncio.gather(*sent)
+    if rows:
+        await sender.send(
+            [(prefix + topic, key.encode(), bytes(value)) for topic, key, value in rows]
+        )
     return len(rows)
 
 
 async def run(args: argparse.Namespace) -> int:
     conn = await asyncpg.connect(os.environ["OUTBOX_DATABASE_URL"])
-    producer = AIOKafkaProducer(
-        bootstrap_servers=os.environ["OUTBOX_KAFKA_BOOTSTRAP_SERVERS"],
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=0,
-        max_request_size=int(os.environ.get("OUTBOX_KAFKA_MAX_REQUEST_SIZE", "1048576")),
+    client = AiokafkaSender if args.client == "aiokafka" else LibrdkafkaSender
+    sender = client(
+        os.environ["OUTBOX_KAFKA_BOOTSTRAP_SERVERS"],
+        int(os.environ.get("OUTBOX_KAFKA_MAX_REQUEST_SIZE", "1048576")),
     )
-    await producer.start()
+    await sender.start()
     prefix = os.environ.get("OUTBOX_TOPIC_PREFIX", "")
     cycles = rows = 0
     try:
         while True:
-            got = await cycle(conn, producer, prefix, args.limit)
+            got = await cycle(conn, sender, prefix, args.limit)
             cycles, rows = cycles + 1, rows + got
             if cycles % 1000 == 0:
                 print(f"{cycles} cycles, {rows} rows", flush=True)
             await asyncio.sleep(args.gather_s)
     finally:
-        await producer.stop()
+        await sender.stop()
         await conn.close()
 
 
@@ -92,6 +170,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--gather-s", type=float, default=0.01, help="sleep after every cycle")
     p.add_argument("--limit", type=int, default=500, help="rows a cycle takes at most")
+    p.add_argument(
+        "--client",
+        choices=("aiokafka", "librdkafka"),
+        default="aiokafka",
+        help="the Kafka client: the relay's, or confluent-kafka (pip install confluent-kafka)",
+    )
     # bench/large_events.py passes the rows the relay's byte budget would claim.
     args = p.parse_args(argv)
     if args.gather_s < 0 or args.limit < 1:

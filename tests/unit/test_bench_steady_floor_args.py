@@ -47,3 +47,22 @@ def test_the_fleet_bench_refuses_a_floor_sleep_it_cannot_run(
 def test_the_large_events_bench_adds_the_floor_only_when_asked() -> None:
     assert large_events.parse_args([]).floor is False
     assert large_events.parse_args(["--floor"]).floor is True
+
+
+def test_the_floor_runs_on_the_relay_s_client_unless_told() -> None:
+    assert steady_floor.parse_args([]).client == "aiokafka"
+    assert relay_fleet.parse_args([]).floor_clients == ["aiokafka"]
+    both = relay_fleet.parse_args(["--floor-clients", "aiokafka,librdkafka"])
+    assert both.floor_clients == ["aiokafka", "librdkafka"]
+
+
+@pytest.mark.parametrize("hostile", ["", ",", "kafka-python", "aiokafka,librdkafka,java"])
+def test_a_client_the_floor_does_not_have_is_refused(
+    hostile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        relay_fleet.parse_args(["--floor-clients", hostile])
+    assert exit_.value.code == 2
+    assert "--floor-clients" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        steady_floor.parse_args(["--client", hostile])
