@@ -18,6 +18,13 @@ of PARTITIONS partitions whose max.message.bytes takes them.
   (polled every 20 ms). Its peak RSS is VmHWM from /proc/<pid>/status (the kernel's
   high-water mark, so no peak falls between samples), its base the RSS before the commit.
 
+- floor (--floor): bench/steady_floor.py's loop, one delete-returning statement and one
+  produce request a cycle, as many rows a cycle as the relay's byte budget holds; its
+  drain ends once every record is on the topic.
+- postgres (--postgres-alone): one connection of this process reads the payloads and
+  deletes the rows, as many at a time, with no relay and no Kafka: the Postgres side of
+  the relay's drain on its own.
+
 Each window starts on warm free memory (bench/warm_memory.py; --no-warm: as the machine
 left it). Rounds alternate broker and relay (the relay once for each of --retentions,
 against that round's broker); each prints relay / broker, and the table the medians. CPU
@@ -141,6 +148,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="in every round, bench/steady_floor.py's loop drains the backlog too (a floor\n"
         "for the relay: one delete-returning statement and one produce request a cycle)",
+    )
+    p.add_argument(
+        "--postgres-alone",
+        action="store_true",
+        help="in every round, one connection of this process reads the backlog's payloads and\n"
+        "deletes them, as many rows at a time as the relay claims: the relay's Postgres work\n"
+        "without the relay or Kafka",
     )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
@@ -304,8 +318,7 @@ async def relay_round(
             env["OUTBOX_CLAIM_MAX_BYTES"] = str(args.claim_max_bytes)
         env["OUTBOX_RETENTION"] = retention
         if retention == "floor":
-            # The rows the relay's byte budget (16 MiB by default) claims at once.
-            take = str(max(1, (args.claim_max_bytes or 16 * MiB) // size))
+            take = str(rows_claimed(args, size))
             cmd = [sys.executable, "-m", "bench.steady_floor", "--gather-s", "0", "--limit", take]
         else:
             cmd = [sys.executable, "-m", "relay.cli", "run"]
@@ -354,6 +367,61 @@ async def relay_round(
         admin(server, "bench_database_drop", dbname)
 
 
+def read_and_delete(conn: psycopg.Connection[tuple[int, bytes]], take: int) -> int:
+    """Every row of the backlog read (payloads in binary, as the relay) and deleted, take
+    rows at a time: the rows read."""
+    after, read = 0, 0
+    with conn.cursor(binary=True) as cur:
+        while rows := cur.execute(Q["large_read"], {"after": after, "rows": take}).fetchall():
+            cur.execute(Q["large_delete"], {"ids": [row[0] for row in rows]})
+            after, read = rows[-1][0], read + len(rows)
+    return read
+
+
+async def postgres_round(
+    args: argparse.Namespace, server: str, size: int, servers: ServerCpu
+) -> tuple[float, dict[str, float | None]]:
+    """Seconds for one connection to read and delete the backlog, and the CPU seconds spent
+    meanwhile (this process, Postgres, Kafka)."""
+    dbname = f"bench_large_{uuid.uuid4().hex[:8]}"
+    admin(server, "bench_database_create", dbname)
+    url = with_database(server, dbname)
+    try:
+        migrate(url)
+        if args.warm:
+            warm(WARM_FACTOR * args.events * size)
+        await asyncio.to_thread(write_backlog, url, args, size)
+        # Connected before the first sample and closed after the last: Postgres's CPU is
+        # read from its live backends.
+        with psycopg.connect(url, autocommit=True) as conn:
+            cpu_before, own_before = servers.take(), own_cpu()
+            start = time.perf_counter()
+            read = await asyncio.to_thread(read_and_delete, conn, rows_claimed(args, size))
+            took = time.perf_counter() - start
+            # Under the relay's name, for the table: the client's work in the relay's place.
+            cpu = {
+                "relay": own_cpu() - own_before,
+                **ServerCpu.between(cpu_before, servers.take()),
+            }
+        if read != args.events:
+            raise RuntimeError(f"read {read} rows of {args.events}")
+        return took, cpu
+    finally:
+        admin(server, "bench_database_drop", dbname)
+
+
+def rows_claimed(args: argparse.Namespace, size: int) -> int:
+    """The rows of this size the relay's byte budget (16 MiB by default) claims at once."""
+    return max(1, (args.claim_max_bytes or 16 * MiB) // size)
+
+
+def contenders(args: argparse.Namespace) -> list[str]:
+    """What drains the backlog in each round, after the broker: the relay in each retention
+    mode, then the floor loop and Postgres alone when asked."""
+    extra = (["floor"] if args.floor else []) + (["postgres"] if args.postgres_alone else [])
+    return [*args.retentions, *extra]
+
+
 async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Round]:
     server = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
@@ -368,10 +436,14 @@ async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Ro
             broker_s, broker_cpu = await broker_round(args, bootstrap, topic, size, servers)
         finally:
             await delete_topics(bootstrap, [topic])
-        for retention in [*args.retentions, *(["floor"] if args.floor else [])]:
-            relay_s, base, peak, relay_cpu = await relay_round(
-                args, server, bootstrap, size, retention, logdir, servers
-            )
+        for retention in contenders(args):
+            if retention == "postgres":
+                base = peak = 0  # no relay process
+                relay_s, relay_cpu = await postgres_round(args, server, size, servers)
+            else:
+                relay_s, base, peak, relay_cpu = await relay_round(
+                    args, server, bootstrap, size, retention, logdir, servers
+                )
             rounds.append(Round(retention, broker_s, relay_s, base, peak, broker_cpu, relay_cpu))
             print(
                 f"[large] {size:,} B round {n + 1}, retention={retention}: "
@@ -382,6 +454,10 @@ async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Ro
                 flush=True,
             )
     return rounds
+
+
+def mib(nbytes: float) -> str:
+    return f"{nbytes / MiB:.0f}" if nbytes else "-"  # "-": no relay process (Postgres alone)
 
 
 def cpu_text(cpu: dict[str, float | None]) -> str:
@@ -409,7 +485,7 @@ def report(args: argparse.Namespace, results: dict[int, list[Round]]) -> str:
     ]
     rows = []
     for size, all_rounds in results.items():
-        for retention in [*args.retentions, *(["floor"] if args.floor else [])]:
+        for retention in contenders(args):
             rounds = [r for r in all_rounds if r.retention == retention]
             broker = statistics.median(args.events / r.broker_s for r in rounds)
             relay = statistics.median(args.events / r.relay_s for r in rounds)
@@ -423,8 +499,8 @@ def report(args: argparse.Namespace, results: dict[int, list[Round]]) -> str:
                     f"{relay:,.0f}",
                     f"{relay * size / 1e6:,.0f}",
                     f"{ratio:.2f}",
-                    f"{statistics.median(r.base_rss for r in rounds) / MiB:.0f}",
-                    f"{max(r.peak_rss for r in rounds) / MiB:.0f}",
+                    mib(statistics.median(r.base_rss for r in rounds)),
+                    mib(max(r.peak_rss for r in rounds)),
                     " / ".join(
                         median_cpu(rounds, "broker_cpu", n)
                         for n in ("producer", "postgres", "kafka")

@@ -169,18 +169,23 @@ def test_the_large_events_bench_runs(postgres_admin: str, kafka_bootstrap: str) 
         [
             "bench/large_events.py",
             *("--events", "24", "--keys", "6", "--sizes", "200000", "--rounds", "1"),
-            "--floor",
+            *("--floor", "--postgres-alone"),
         ],
         {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
         220,
     )
-    row, floor = [line for line in output.splitlines() if line.startswith("| 200,000 ")]
+    row, floor, alone = [line for line in output.splitlines() if line.startswith("| 200,000 ")]
     cells = [c.strip().replace(",", "") for c in row.strip("|").split("|")]
     assert cells[1] == "keep", output  # the relay's default
     # The floor's drain ends once every record is on the topic (the bench counts them).
     floor_cells = [c.strip().replace(",", "") for c in floor.strip("|").split("|")]
     assert floor_cells[1] == "floor", output
     assert float(floor_cells[4]) > 0, output
+    # Postgres alone: no relay process, so no RSS; the client's CPU in the relay's column.
+    alone_cells = [c.strip().replace(",", "") for c in alone.strip("|").split("|")]
+    assert alone_cells[1] == "postgres", output
+    assert float(alone_cells[4]) > 0, output
+    assert alone_cells[7:9] == ["-", "-"], output
     broker, relay, ratio, before, peak = (float(cells[i]) for i in (2, 4, 6, 7, 8))
     # CPU seconds in the drain: the relay's always, Postgres's and Kafka's when the
     # services' pid files are found.

@@ -1,6 +1,6 @@
 """bench/steady_floor.py's loop and its place in bench/relay_fleet.py and
-bench/large_events.py: the arguments each takes, and the hostile ones refused before
-anything starts."""
+bench/large_events.py (beside Postgres alone): the arguments each takes, and the hostile
+ones refused before anything starts."""
 
 from __future__ import annotations
 
@@ -44,9 +44,20 @@ def test_the_fleet_bench_refuses_a_floor_sleep_it_cannot_run(
     assert "--floor-gathers" in capsys.readouterr().err
 
 
-def test_the_large_events_bench_adds_the_floor_only_when_asked() -> None:
-    assert large_events.parse_args([]).floor is False
-    assert large_events.parse_args(["--floor"]).floor is True
+def test_the_large_events_bench_adds_the_floor_and_postgres_alone_only_when_asked() -> None:
+    assert large_events.contenders(large_events.parse_args([])) == ["keep"]
+    both = large_events.parse_args(["--retentions", "delete", "--floor", "--postgres-alone"])
+    assert large_events.contenders(both) == ["delete", "floor", "postgres"]
+
+
+@pytest.mark.parametrize(
+    ("budget", "size", "rows"), [(None, 900_000, 18), (None, 20 * 2**20, 1), (2**20, 1000, 1048)]
+)
+def test_the_floor_and_postgres_alone_take_what_the_relay_s_byte_budget_claims(
+    budget: int | None, size: int, rows: int
+) -> None:
+    argv = [] if budget is None else ["--claim-max-bytes", str(budget)]
+    assert large_events.rows_claimed(large_events.parse_args(argv), size) == rows
 
 
 def test_the_floor_runs_on_the_relay_s_client_unless_told() -> None:
