@@ -1,4 +1,4 @@
-"""Fair turns between tenants (issue 16): does one tenant's backlog delay another's events?
+"""Fair turns between tenants: does one tenant's backlog delay another's events?
 
 Tenant A has a backlog of --events events (loaded in bulk with bench/sql/tenant_fairness.sql,
 tenant 'A', 1,000 keys); tenant B commits --rate events a second, one per transaction,
@@ -28,7 +28,7 @@ after --idle-s). Ratios printed: B's p99 in fair / in idle, A's rate in fair / i
 
     .venv/bin/python bench/tenant_fairness.py [--events 500000] [--rate 100]
         [--configs idle,alone,alone-fair,fair,plain,fair-cap] [--cap 50]
-        [--plot docs/img/tenant_fairness.png]
+        [--plot docs/img/tenant_fairness.svg]
 
 Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`).
 """
