@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,34 +256,42 @@ def unpublished(url: str) -> int:
     return int(row[0]) if row else 0
 
 
-async def wait_drained(url: str, relay: Proc, timeout_s: float) -> None:
+async def poll_until(
+    done: Callable[[], Awaitable[bool]], proc: Proc, timeout_s: float, what: str
+) -> None:
+    """Every 20 ms until done(); raises once proc (the relay, or the floor loop) has exited
+    or timeout_s has passed."""
     deadline = time.monotonic() + timeout_s
+    while not await done():
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} in {timeout_s:.0f} s:\n{proc.tail()}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_drained(url: str, relay: Proc, timeout_s: float) -> None:
+    """Until no row is left unpublished."""
     with psycopg.connect(url, autocommit=True) as conn:
-        while True:
+
+        async def drained() -> bool:
             row = conn.execute(Q["large_unpublished"]).fetchone()
-            if row is not None and int(row[0]) == 0:
-                return
-            if not relay.alive():
-                raise RuntimeError(f"the relay exited:\n{relay.tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"not drained in {timeout_s:.0f} s:\n{relay.tail()}")
-            await asyncio.sleep(0.02)
+            return row is not None and int(row[0]) == 0
+
+        await poll_until(drained, relay, timeout_s, "not drained")
 
 
 async def wait_on_topic(
     bootstrap: str, topic: str, args: argparse.Namespace, loop: Proc, timeout_s: float
 ) -> None:
     """Until every record of the warm-up and the backlog is on the topic."""
-    deadline = time.monotonic() + timeout_s
     async with TopicCounter(bootstrap, topic, args.partitions) as counter:
-        while True:
-            if await counter.count() >= args.events + WARM_UP:
-                return
-            if not loop.alive():
-                raise RuntimeError(f"the floor loop exited:\n{loop.tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"not on the topic in {timeout_s:.0f} s:\n{loop.tail()}")
-            await asyncio.sleep(0.02)
+        wanted: int = args.events + WARM_UP
+
+        async def all_there() -> bool:
+            return await counter.count() >= wanted
+
+        await poll_until(all_there, loop, timeout_s, "not all on the topic")
 
 
 async def relay_round(

@@ -47,6 +47,11 @@ def run_bench(args: list[str], env: dict[str, str], timeout_s: float) -> str:
     return output
 
 
+def table_cells(row: str) -> list[str]:
+    """The cells of a markdown table row, stripped, thousands separators dropped."""
+    return [c.strip().replace(",", "") for c in row.strip("|").split("|")]
+
+
 def first_round(output: str) -> list[float]:
     """The numbers of the `| 1 | ... |` row a round-by-round bench prints."""
     (row,) = [line for line in output.splitlines() if line.startswith("| 1 |")]
@@ -131,7 +136,7 @@ def test_the_bloat_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None
     )
     rows = {line.split("|")[1].strip(): line for line in output.splitlines() if line[:2] == "| "}
     for mode in ("clean", "held"):
-        cells = [c.strip().replace(",", "") for c in rows[mode].strip("|").split("|")]
+        cells = table_cells(rows[mode])
         rates, buffers = cells[1:3], cells[4:6]
         assert all(float(r) > 0 for r in rates), output
         assert all(int(b) > 0 for b in buffers), output
@@ -175,14 +180,14 @@ def test_the_large_events_bench_runs(postgres_admin: str, kafka_bootstrap: str) 
         220,
     )
     row, floor, alone = [line for line in output.splitlines() if line.startswith("| 200,000 ")]
-    cells = [c.strip().replace(",", "") for c in row.strip("|").split("|")]
+    cells = table_cells(row)
     assert cells[1] == "keep", output  # the relay's default
     # The floor's drain ends once every record is on the topic (the bench counts them).
-    floor_cells = [c.strip().replace(",", "") for c in floor.strip("|").split("|")]
+    floor_cells = table_cells(floor)
     assert floor_cells[1] == "floor", output
     assert float(floor_cells[4]) > 0, output
     # Postgres alone: no relay process, so no RSS; the client's CPU in the relay's column.
-    alone_cells = [c.strip().replace(",", "") for c in alone.strip("|").split("|")]
+    alone_cells = table_cells(alone)
     assert alone_cells[1] == "postgres", output
     assert float(alone_cells[4]) > 0, output
     assert alone_cells[7:9] == ["-", "-"], output
@@ -253,7 +258,7 @@ def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
         cells[0]: cells
         for line in output.splitlines()
         if line.startswith("| ") and not line.startswith("| relays")
-        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+        for cells in [table_cells(line)]
         if cells[0] and not cells[0].startswith("-")
     }
     assert set(rows) == {"1", "floor 0.01 s"}, output

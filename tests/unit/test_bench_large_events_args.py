@@ -1,12 +1,19 @@
 """bench/large_events.py's retention modes: every round runs each one named, against that
 round's broker run, and a mode the relay does not have is refused before anything starts;
-each window starts on warm memory unless --no-warm."""
+each window starts on warm memory unless --no-warm; a wait for a drain ends when the
+draining process exits or its time is up."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from bench.large_events import parse_args
+from bench.compare.processes import Proc
+from bench.large_events import parse_args, poll_until
 from bench.warm_memory import warm
 
 
@@ -39,3 +46,22 @@ def test_warming_takes_any_positive_size(nbytes: int) -> None:
 def test_warming_refuses_a_size_that_is_not_positive(hostile: int) -> None:
     with pytest.raises(ValueError, match="positive byte count"):
         warm(hostile)
+
+
+def test_a_wait_ends_when_the_draining_process_exits_or_its_time_is_up() -> None:
+    async def never() -> bool:
+        return False
+
+    gone = Proc("floor-gone", subprocess.Popen([sys.executable, "-c", "pass"]), Path("/dev/null"))
+    gone.popen.wait()
+    with pytest.raises(RuntimeError, match="floor-gone exited"):
+        asyncio.run(poll_until(never, gone, 30, "not drained"))
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(RuntimeError, match="not drained in 0 s"):
+            asyncio.run(
+                poll_until(never, Proc("relay-slow", slow, Path("/dev/null")), 0.1, "not drained")
+            )
+    finally:
+        slow.kill()
+        slow.wait()
