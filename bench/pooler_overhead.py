@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from bench.compare.topics import TopicCounter, create_topic, delete_topics
 from bench.emit_overhead import TOPIC
 from relay.config import load_settings
 from relay.service import RelayService
+from scripts.ports import reserved_port
 from scripts.service_pgbouncer import pgbouncer_start, pgbouncer_stop
 
 
@@ -50,11 +50,8 @@ def pgbouncer(server_url: str) -> Iterator[str]:
         return
     folder = Path(tempfile.mkdtemp(prefix="bench-pgbouncer-"))
     folder.chmod(0o755)  # the postgres user runs it when we are root
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
     try:
-        yield pgbouncer_start(port, folder, server_url)
+        yield pgbouncer_start(reserved_port(), folder, server_url)
     finally:
         pgbouncer_stop(folder)
         shutil.rmtree(folder, ignore_errors=True)

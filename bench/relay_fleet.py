@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import sys
 import time
 import urllib.request
@@ -48,6 +47,7 @@ from bench.orders import TOPIC  # noqa: E402
 from bench.procstat import cpu_seconds  # noqa: E402
 from bench.relay_latency import appended, load, statements, write_load  # noqa: E402
 from outbox_core.migrate import migrate  # noqa: E402
+from scripts.ports import reserved_port  # noqa: E402
 
 
 @dataclass
@@ -70,18 +70,12 @@ def _cpu(procs: list[Proc]) -> float:
     return sum(cpu_seconds(p.pid) or 0.0 for p in procs)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def launch_relays(env: dict[str, str], count: int, name: str, logdir: Path) -> dict[int, Proc]:
     """count `outbox-relay run` processes with env, each with a replica id and an HTTP port
     of its own: port -> process."""
     procs: dict[int, Proc] = {}
     for i in range(count):
-        port = free_port()
+        port = reserved_port()
         procs[port] = launch(
             f"{name}-{i}",
             [sys.executable, "-m", "relay.cli", "run"],

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts import services  # noqa: E402
+from scripts.service_common import apt_get_install  # noqa: E402
 
 CACHE = services.CACHE
 STATE = CACHE / "containers"
@@ -117,9 +118,10 @@ def ensure_tools() -> None:
             "install them (Debian packages) or run as root"
         )
     say(f"installing {' '.join(missing)} from Debian's packages (one time)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    _run(["apt-get", "update", "-q"], env=env, what="apt-get update")
-    _run(["apt-get", "install", "-y", "-q", *missing], env=env, what="apt-get install")
+    try:
+        apt_get_install(missing)
+    except subprocess.CalledProcessError as exc:
+        raise ContainersError(f"apt-get install {' '.join(missing)} failed:\n{exc.stderr}") from exc
 
 
 def write_config() -> None:

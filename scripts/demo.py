@@ -180,11 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="outbox-demo-") as tmp:
         if args.postgres:
-            from tests.support import postgres as pg
+            from tests.support.postgres import Databases
 
-            admin = os.environ["DATABASE_URL"]
-            dbname = pg.create_database(admin)
-            url = pg.with_database(admin, dbname)
+            databases = Databases(os.environ["DATABASE_URL"], "demo")
+            url = databases.empty()
         else:
             url = f"sqlite:///{tmp}/demo.sqlite3"
         try:
@@ -207,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = asyncio.run(judge_topic(bootstrap, topic, expected))
         finally:
             if args.postgres:
-                pg.drop_database(admin, dbname)
+                databases.close()
     all_ids = [e for ids in expected.values() for e in ids]
     missing = len(verdict.missing(all_ids))
     print(

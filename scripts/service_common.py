@@ -8,6 +8,7 @@ cached next to it in a folder named after KAFKA_VERSION.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -83,10 +84,20 @@ def apt_install(package: str, name: str, url_var: str, *, recommends: bool = Tru
             f"install Debian's {package} package or set {url_var}."
         )
     say(f"installing Debian's {package} package (one time)")
+    apt_get_install([package], recommends=recommends)
+
+
+def apt_get_install(packages: Sequence[str], *, recommends: bool = True) -> None:
+    """apt-get update and install, one process at a time: tests running side by side may
+    each install a package they need, and dpkg takes one installer at once."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    run(["apt-get", "update", "-q"], env=env)
+    wait = ["-o", "DPkg::Lock::Timeout=600"]
     extra = [] if recommends else ["--no-install-recommends"]
-    run(["apt-get", "install", "-y", "-q", *extra, package], env=env)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "apt.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        run(["apt-get", *wait, "update", "-q"], env=env)
+        run(["apt-get", *wait, "install", "-y", "-q", *extra, *packages], env=env)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

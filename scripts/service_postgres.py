@@ -18,6 +18,11 @@ PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "55432"))
 # benchmark runs its own cluster with it for Debezium). They apply when the script starts
 # the server; a running server keeps the options it was started with.
 PG_EXTRA_OPTIONS = os.environ.get("OUTBOX_PG_OPTIONS", "").strip()
+# "0": the cluster runs with fsync and full_page_writes off, for the test suite (a crash of
+# the machine may then corrupt it; a stop or a crash of Postgres alone does not). Anything
+# else, or unset: both on, as in production, for demos and benchmarks. Applied by every
+# `up`, to a running cluster too (both settings take effect on reload).
+PG_DURABLE = os.environ.get("OUTBOX_PG_DURABLE", "1") != "0"
 PG_USER = "outbox"
 PG_PASSWORD = (
     "outbox-local-dev"  # trust auth locally; distinct so log redaction does not mask "outbox"
@@ -153,6 +158,13 @@ def pg_up() -> str:
     ).stdout.strip()
     if not exists:
         run(as_postgres([*psql, "-c", f"CREATE DATABASE {PG_DB} OWNER {PG_USER}"]))
+    durability = (
+        ["ALTER SYSTEM RESET fsync", "ALTER SYSTEM RESET full_page_writes"]
+        if PG_DURABLE
+        else ["ALTER SYSTEM SET fsync = off", "ALTER SYSTEM SET full_page_writes = off"]
+    )
+    for statement in [*durability, "SELECT pg_reload_conf()"]:
+        run(as_postgres([*psql, "-c", statement]))
     pg_check(DEFAULT_DATABASE_URL)
     return DEFAULT_DATABASE_URL
 

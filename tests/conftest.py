@@ -1,11 +1,13 @@
 """Fixtures shared by every test layer.
 
 Each test that asks for a backend gets a private one: its own Postgres database, its own
-SQLite file, its own Kafka topics. Nothing is shared between tests but the servers.
+SQLite file, its own Kafka topics. Nothing is shared between tests but the servers, which
+is what lets pytest-xdist run them side by side (docs/testing.md).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -13,9 +15,10 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.support import kafka as kafka_support
-from tests.support import postgres as pg_support
 from tests.support import redis as redis_support
+from tests.support import timings
 from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.postgres import Databases, worker_id
 from tests.support.services import kafka_bootstrap_servers, postgres_admin_url
 
 TopicFactory = Callable[..., Awaitable[str]]
@@ -33,14 +36,32 @@ def kafka_bootstrap() -> Iterator[str]:
         yield servers
 
 
-@pytest.fixture
-def pg_url(postgres_admin: str) -> Iterator[str]:
-    """URL of a fresh, empty Postgres database owned by this test."""
-    name = pg_support.create_database(postgres_admin)
+@pytest.fixture(scope="session")
+def databases(postgres_admin: str) -> Iterator[Databases]:
+    """This process's private databases, dropped when its session ends."""
+    made = Databases(postgres_admin, worker_id())
     try:
-        yield pg_support.with_database(postgres_admin, name)
+        yield made
     finally:
-        pg_support.drop_database(postgres_admin, name)
+        made.close()
+
+
+@pytest.fixture
+def pg_url(databases: Databases) -> str:
+    """URL of a fresh, empty Postgres database owned by this test."""
+    return databases.empty()
+
+
+@pytest.fixture
+def migrated_pg_url(databases: Databases) -> str:
+    """URL of a Postgres database owned by this test with every migration applied."""
+    return databases.migrated()
+
+
+@pytest.fixture
+def pg(migrated_pg_url: str) -> Backend:
+    """This test's own migrated Postgres database."""
+    return postgres_backend(migrated_pg_url)
 
 
 @pytest.fixture
@@ -90,11 +111,14 @@ def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return sqlite_backend(tmp_path / "outbox.sqlite3")
 
 
-@pytest.fixture
-def backend(empty_backend: Backend) -> Backend:
+@pytest.fixture(params=["postgres", "sqlite"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A private database of each kind with every migration applied."""
-    empty_backend.migrate()
-    return empty_backend
+    if request.param == "postgres":
+        return postgres_backend(request.getfixturevalue("migrated_pg_url"))
+    migrated = sqlite_backend(tmp_path / "outbox.sqlite3")
+    migrated.migrate()
+    return migrated
 
 
 @pytest.fixture(scope="session")
@@ -108,3 +132,19 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_url)
     yield client
     await client.aclose()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    timings.record(report)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A test that stops a shared server would break every test running beside it.
+    if item.get_closest_marker("serial") and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("stops a shared server: run it without -n (scripts/test runs it alone)")
+    # Under --dist loadgroup xdist writes the group into the node id of each marked test;
+    # a pytest that drops it spreads a group over every worker, each starting its own
+    # session-wide server.
+    grouped = getattr(item.config.option, "loadgroup", False)
+    if grouped and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+        pytest.fail("this pytest and pytest-xdist do not keep --dist loadgroup groups together")

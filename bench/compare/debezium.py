@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -23,12 +22,7 @@ from bench.compare.context import Context
 from bench.compare.drain import Drain, drain_processes
 from bench.compare.latency import LatencyPoint, offered_loads, warm_rows
 from bench.compare.processes import Proc, launch
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from scripts.ports import reserved_port
 
 
 def connect_libs(cache: Path) -> Path:
@@ -91,7 +85,7 @@ class Debezium:
             "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
             "offset.storage.file.filename": str(self.workdir / "connect.offsets"),
             "offset.flush.interval.ms": "10000",
-            "listeners": f"http://127.0.0.1:{free_port()}",
+            "listeners": f"http://127.0.0.1:{reserved_port()}",
             "plugin.discovery": "only_scan",
         }
         connector = {

@@ -314,6 +314,9 @@ class Lane:
         # whose outcome is final.
         self._done = 0
         self._progress = asyncio.Condition()
+        # The pace the lane chose after its last cycle (0 after a full shard): a test
+        # waits for the idle pace instead of counting cycles in a wall-clock window.
+        self.pace_s = self.probe.interval_s
 
     def wake(self) -> None:
         self._wake.set()
@@ -434,6 +437,7 @@ class Lane:
                 if sent is not None:
                     last_rows = started
                     if sent.full:
+                        self.pace_s = 0.0
                         continue
                 elif not self._shards.claimed:
                     # No shard (a standby, or between leases): nothing to probe. The
@@ -446,6 +450,7 @@ class Lane:
                     # Few rows a cycle: each costs a claim, a produce request and a
                     # settle whatever it carries, so let the next one gather more.
                     interval = max(interval, probe.gather_s)
+                self.pace_s = interval
                 await self._sup.sleep(max(0.0, interval - (time.monotonic() - started)), self._wake)
         finally:
             self.step.drop_ahead(cancel=True)

@@ -45,15 +45,15 @@ from tests.support.consumers import (
     new_group,
     offset_problems,
     order_problems,
-    prepare,
     processed_ids,
     produce,
-    until,
     with_duplicates,
+    with_effects,
 )
 from tests.support.db import Backend, postgres_backend
 from tests.support.kafka import read_topic
 from tests.support.services import managed_services, services
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -67,8 +67,8 @@ NOT_MANAGED = (
 
 
 @pytest.fixture
-def pg(pg_url: str) -> Backend:
-    return prepare(postgres_backend(pg_url))
+def pg(migrated_pg_url: str) -> Backend:
+    return with_effects(postgres_backend(migrated_pg_url))
 
 
 @pytest.fixture
@@ -445,6 +445,7 @@ async def test_consumers_joining_and_leaving_apply_every_event_exactly_once(
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.timeout(900)
 async def test_database_down_for_10s_commits_no_offset_past_unapplied_records_and_resumes(
     pg: Backend,

@@ -6,28 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from producer_lib import Event, Outbox
+from scripts.ports import reserved_port
 from tests.support.db import Backend, sqlite_backend
 from tests.support.kafka import create_topics, read_topic, unique_topic_name
 from tests.support.relay import RelayProcess, relay_env, relay_settings, running_relay, wait_drained
-from tests.support.secure_kafka import SecureBroker, secure_broker
+from tests.support.secure_kafka import SCRAM_PASSWORD, SECURE_KAFKA, SecureBroker
 from tests.support.transactions import sync_tx
+from tests.support.waits import until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, SECURE_KAFKA]
 
-CANARY = "canary-scram-pw-5521"
+CANARY = SCRAM_PASSWORD
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    with secure_broker(tmp_path_factory.mktemp("secure-kafka"), CANARY) as running:
-        yield running
+@pytest.fixture
+def broker(secure_kafka: SecureBroker) -> SecureBroker:
+    return secure_kafka
 
 
 def _outbox_with_events(tmp_path: Path, topic: str, n: int) -> Backend:
@@ -98,18 +98,16 @@ async def _not_ready_then_stop(env: dict[str, str], log: Path, metrics_port: int
             break
         assert status[0] == 503, status
         assert "kafka" in status[1]
-        await asyncio.sleep(3)  # let it retry and log a few times
+        # Let it retry and log a few times.
+        await until(
+            lambda: proc.log().count("kafka start failed; retrying") >= 2,
+            60,
+            "two failed starts logged",
+            alive=proc.check_alive,
+        )
     finally:
         assert proc.terminate(60) == 0, proc.log()
     return proc.log()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_wrong_password_is_not_ready_and_never_printed(
@@ -117,7 +115,7 @@ async def test_wrong_password_is_not_ready_and_never_printed(
 ) -> None:
     topic = unique_topic_name("secure")
     backend = _outbox_with_events(tmp_path, topic, 1)
-    port = _free_port()
+    port = reserved_port()
     wrong = CANARY + "-wrong"
     env = relay_env(
         backend,
@@ -140,7 +138,7 @@ async def test_hostname_verification_is_on_by_default(broker: SecureBroker, tmp_
     """The broker's certificate names 127.0.0.1 only: by the name localhost it is refused."""
     topic = unique_topic_name("secure")
     backend = _outbox_with_events(tmp_path, topic, 1)
-    port = _free_port()
+    port = reserved_port()
     tls = {
         "kafka_security_protocol": "SSL",
         "kafka_ssl_cafile": broker.ca,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,34 +24,28 @@ from relay.transport.kafka import KafkaPublisher
 from tests.support.db import Backend, sqlite_backend
 from tests.support.kafka import create_topics, read_topic, unique_topic_name
 from tests.support.relay import relay_settings
-from tests.support.secure_kafka import SecureBroker, add_acls, secure_broker
+from tests.support.secure_kafka import SECURE_KAFKA, SecureBroker, add_acls
 from tests.support.stores import emit, event, keys_on_shard, opened_store, row_states
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, SECURE_KAFKA]
 
-PASSWORD = "acl-scram-pw-7730"
 DENIED = unique_topic_name("denied")
 SHARD = 1
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    with secure_broker(tmp_path_factory.mktemp("acl-kafka"), PASSWORD, authorizer=True) as running:
-        add_acls(
-            running,
-            "TOPIC:*:DESCRIBE:allow",
-            "TOPIC:*:WRITE:allow",
-            f"TOPIC:{DENIED}:WRITE:deny",
-            "CLUSTER:kafka-cluster:IDEMPOTENT_WRITE:allow",
-        )  # and no DescribeConfigs anywhere
-        yield running
+def broker(secure_kafka: SecureBroker) -> SecureBroker:
+    """The session's secure broker (no DescribeConfigs for the SCRAM user anywhere), where
+    this module's user may not write DENIED."""
+    add_acls(secure_kafka, f"TOPIC:{DENIED}:WRITE:deny")
+    return secure_kafka
 
 
 def settings_for(
     backend: Backend, broker: SecureBroker, tmp_path: Path, **over: Any
 ) -> RelaySettings:
     secret = tmp_path / "sasl-password"
-    secret.write_text(PASSWORD)
+    secret.write_text(broker.scram_password)
     return relay_settings(
         backend,
         broker.sasl_ssl,

@@ -15,12 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,10 @@ import yaml
 from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, PsycopgAsync
 from outbox_core.kafka_security import KafkaSecurity
 from scripts import service_prometheus
+from scripts.ports import refusing_address, reserved_port
 from scripts.service_common import ServiceError
 from tests.conftest import TopicFactory
-from tests.support import postgres as pg_support
-from tests.support.consumers import running_consumer, until
+from tests.support.consumers import running_consumer
 from tests.support.db import Backend, postgres_backend
 from tests.support.monitoring import (
     RULES,
@@ -43,9 +42,11 @@ from tests.support.monitoring import (
     rule_exprs,
     substitute_dashboard_vars,
 )
-from tests.support.ops import Metrics, eventually, scrape
+from tests.support.ops import Metrics, scrape
+from tests.support.postgres import Databases
 from tests.support.relay import RelayProcess, relay_env, relay_settings, running_relay, wait_drained
 from tests.support.stores import emit, event
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -59,36 +60,8 @@ def prometheus_binary() -> Path:
 
 
 @pytest.fixture
-def pg(pg_url: str) -> Backend:
-    backend = postgres_backend(pg_url)
-    backend.migrate()
-    return backend
-
-
-@pytest.fixture
-def second_pg(postgres_admin: str) -> Iterator[Backend]:
-    name = pg_support.create_database(postgres_admin)
-    try:
-        backend = postgres_backend(pg_support.with_database(postgres_admin, name))
-        backend.migrate()
-        yield backend
-    finally:
-        pg_support.drop_database(postgres_admin, name)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def unreachable_broker() -> Iterator[str]:
-    """host:port of a bound socket that never listens: every connection is refused, and no
-    other process can take the port while the block runs."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"127.0.0.1:{s.getsockname()[1]}"
+def second_pg(databases: Databases) -> Backend:
+    return postgres_backend(databases.migrated())
 
 
 # --------------------------------------------------------------------------- metric names
@@ -105,7 +78,7 @@ async def test_every_metric_the_rules_and_dashboard_name_is_exported(
         async def relay_bound() -> int | None:
             return relay.ops.port if relay.ops is not None else None
 
-        port: int = await eventually(relay_bound, 30, "the relay's ops endpoint")
+        port: int = await until(relay_bound, 30, "the relay's ops endpoint")
         await wait_drained(pg)
         relay_scrape = await scrape(port)
     assert relay_scrape.value("outbox_relay_events_published_total", topic=topic) == 6
@@ -192,7 +165,7 @@ async def prometheus_scraping(tmp_path: Path, targets: dict[str, int]) -> AsyncI
     }
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
-    port = free_port()
+    port = reserved_port()
     proc = await asyncio.to_thread(
         service_prometheus.prometheus_start, path, tmp_path / "prometheus", port
     )
@@ -223,9 +196,9 @@ async def test_a_stalled_relay_raises_the_stalled_alert_on_a_real_prometheus(
     topic = await new_topic("stall")
     emit(pg, *(event(f"k-{i % 4}", topic=topic, payload={"i": i}) for i in range(20)))
     emit(second_pg, *(event(f"h-{i % 4}", topic=topic, payload={"i": i}) for i in range(20)))
-    ports = {"outbox-relay-stalled": free_port(), "outbox-relay-healthy": free_port()}
+    ports = {"outbox-relay-stalled": reserved_port(), "outbox-relay-healthy": reserved_port()}
     started = time.monotonic()
-    with unreachable_broker() as nowhere:
+    with refusing_address() as nowhere:
         # Rows pending, the relay up and scraped, its broker refusing every connection.
         stalled = RelayProcess(
             relay_env(pg, nowhere, http_port=ports["outbox-relay-stalled"], gauges_interval_s=0.2),

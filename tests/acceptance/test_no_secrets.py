@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -29,12 +28,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from scripts.ports import taken_port
 from tests.conftest import TopicFactory
 from tests.support.db import Backend, postgres_backend
 from tests.support.ops import (
     ROOT,
     cli_async,
-    eventually,
     grant,
     http_get,
     login_roles,
@@ -45,6 +44,7 @@ from tests.support.ops import (
 )
 from tests.support.relay import relay_env, wait_drained
 from tests.support.stores import emit, event
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +103,7 @@ class RelayRun:
                 raise AssertionError(f"relay exited {self.proc.returncode}:\n{self.stderr}")
             return self.stderr.count(text) >= times
 
-        await eventually(seen, timeout, f"{times}x {text!r} in the relay's log")
+        await until(seen, timeout, f"{times}x {text!r} in the relay's log")
 
     def stop(self, timeout: float = 60) -> int:
         if self.proc.poll() is None:
@@ -194,9 +194,7 @@ async def test_start_up_failures_and_cli_errors_never_show_the_password(
 
     bad = _env(canary, kafka_bootstrap)
     bad["OUTBOX_DATABASE_URL"] = canary.relay_url.replace("postgresql://", "postgresql//", 1)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with taken_port() as taken:
         await asyncio.gather(
             # A shard count the database does not record: refused after connecting.
             run_fails("shards", _env(canary, kafka_bootstrap, shard_count=8), 2, "mismatch"),
@@ -206,7 +204,7 @@ async def test_start_up_failures_and_cli_errors_never_show_the_password(
             # redacting hook.
             run_fails(
                 "port-taken",
-                _env(canary, kafka_bootstrap, http_port=taken.getsockname()[1]),
+                _env(canary, kafka_bootstrap, http_port=taken),
                 1,
                 "Traceback",
             ),

@@ -19,14 +19,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from tests.support.consumers import (
-    effect_problems,
-    effects,
-    new_group,
-    prepare,
-    processed_ids,
-    until,
-)
+from tests.support.consumers import effect_problems, effects, new_group, prepare, processed_ids
 from tests.support.db import Backend
 from tests.support.processes import ChildProcess
 from tests.support.redis import unique_stream_name
@@ -39,6 +32,7 @@ from tests.support.redis_consumers import (
     running_source,
     source_settings,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +119,10 @@ async def test_a_paused_consumers_late_apply_is_skipped_and_its_ack_is_harmless(
         assert len(processed_ids(backend, group)) == N
         victim.signal(signal.SIGCONT)
         assert victim.running
-        await asyncio.sleep(1.0)  # the victim goes through its remaining batch
+        # The victim goes through its remaining batch: each entry a duplicate now.
+        await until(
+            lambda: ready(f"REDIS-TEST-HANDLED {N}" in victim.log()), 60, "the victim's batch"
+        )
         assert await pending_count(redis_client, stream, group) == 0
         assert victim.terminate(60) == 0, victim.log()
     finally:

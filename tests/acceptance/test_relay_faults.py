@@ -44,10 +44,10 @@ from tests.support.faults import (
     scalar,
     service_down,
     settled_by,
-    until,
     wait_split,
 )
 from tests.support.kafka import read_topic
+from tests.support.ops import ops_port_in, scrape
 from tests.support.processes import ROOT
 from tests.support.relay import (
     expected_from_db,
@@ -58,6 +58,7 @@ from tests.support.relay import (
 )
 from tests.support.services import managed_services
 from tests.support.transactions import sync_tx
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -69,10 +70,9 @@ NOT_MANAGED = (
 
 
 @pytest.fixture
-def pg(pg_url: str) -> Backend:
+def pg(migrated_pg_url: str) -> Backend:
     """A private, migrated Postgres database with the settle audit installed."""
-    backend = postgres_backend(pg_url)
-    backend.migrate()
+    backend = postgres_backend(migrated_pg_url)
     install_settle_audit(backend)
     return backend
 
@@ -97,6 +97,19 @@ def assert_clean(verdict_problems: list[str], backend: Backend, fleet: RelayFlee
     assert verdict_problems == [], f"{verdict_problems}\n{fleet.logs()}"
     violations = audit_violations(backend)
     assert violations == [], f"rows settled without the lease: {violations[:5]}"
+
+
+async def publishing(backend: Backend, names: list[str], writers: Writers) -> None:
+    """Until each named relay has settled more rows and writers have committed more
+    events: traffic flows through the fleet as it now is."""
+    settled, committed = settled_by(backend), writers.committed
+
+    def flowing() -> bool:
+        now = settled_by(backend)
+        more = all(now.get(n, 0) > settled.get(n, 0) for n in names)
+        return more and writers.committed > committed + 20
+
+    await until(flowing, 60, f"{names} to settle more rows", blocking=True)
 
 
 def stop_all(fleet: RelayFleet) -> dict[str, int]:
@@ -126,7 +139,7 @@ async def test_replicas_rebalance_and_deliver_everything_in_order(
         start("r3")
         three = await wait_split(pg, ["r1", "r2", "r3"])
         splits.append(three.split())
-        await asyncio.sleep(3)
+        await publishing(pg, ["r1", "r2", "r3"], writers)
         assert fleet.procs["r2"].terminate(60) == 0, fleet.procs["r2"].log()
         two = await wait_split(pg, ["r1", "r3"])
         splits.append(two.split())
@@ -135,7 +148,7 @@ async def test_replicas_rebalance_and_deliver_everything_in_order(
         assert all(two.tokens[s] > three.tokens[s] for s in moved), (three.tokens, two.tokens)
         start("r4")
         splits.append((await wait_split(pg, ["r1", "r3", "r4"])).split())
-        await asyncio.sleep(3)
+        await publishing(pg, ["r1", "r3", "r4"], writers)
         log = writers.stop()
     await wait_drained(pg, 60)
     stop_all(fleet)
@@ -211,6 +224,7 @@ async def test_sigkill_at_random_points_loses_nothing(
                     30,
                     f"{name} to take shards",
                     interval=0.1,
+                    blocking=True,
                 )
                 await asyncio.sleep(rng.uniform(0.0, 2.5))
             assert proc.proc.poll() is None, f"{name} exited by itself:\n{proc.log()[-3000:]}"
@@ -272,7 +286,7 @@ async def test_paused_relay_is_fenced_after_takeover(
         for _ in range(3):  # until a resumed settle was refused (usually the first pause)
             before = await wait_split(pg, ["b", "zombie"])
             held = {s: before.tokens[s] for s, o in before.owners.items() if o == "zombie"}
-            await asyncio.sleep(1.0)
+            await publishing(pg, ["zombie"], writers)  # its batches in flight
             zombie.signal(signal.SIGSTOP)
             stopped_at = time.monotonic()
 
@@ -280,18 +294,19 @@ async def test_paused_relay_is_fenced_after_takeover(
                 view = leases(pg)
                 return all(view.owners[s] == "b" and view.tokens[s] > t for s, t in held.items())
 
-            await until(taken_over, ttl * 4 + 10, "b to take over the paused relay's shards")
+            await until(
+                taken_over, ttl * 4 + 10, "b to take over the paused relay's shards", blocking=True
+            )
             took_s = time.monotonic() - stopped_at
             assert took_s >= ttl * 0.8, f"shards moved after {took_s:.1f}s, before expiry"
-            committed_while_paused = writers.committed
-            await asyncio.sleep(2.0)  # b delivers alone while the zombie sleeps
-            assert writers.committed > committed_while_paused
+            await publishing(pg, ["b"], writers)  # b delivers alone while the zombie sleeps
             mark = len(zombie.log())
             zombie.signal(signal.SIGCONT)
             await until(
                 lambda mark=mark: "lease lost" in zombie.log()[mark:],  # type: ignore[misc]
                 20,
                 "the resumed relay to see its lease lost",
+                blocking=True,
             )
             await asyncio.sleep(0.5)
             lines = [ln for ln in zombie.log()[mark:].splitlines() if "lease" in ln]
@@ -299,7 +314,7 @@ async def test_paused_relay_is_fenced_after_takeover(
             if any("fenced write refused" in ln for ln in lines):
                 break
         await wait_split(pg, ["b", "zombie"])  # it rejoins under new tokens
-        await asyncio.sleep(1.0)
+        await publishing(pg, ["b", "zombie"], writers)
         log = writers.stop()
     await wait_drained(pg, 60)
     stop_all(fleet)
@@ -346,6 +361,7 @@ async def test_a_replica_whose_producer_cannot_start_again_hands_its_shards_over
             30,
             "r2's first settle",
             state=lambda: settled_by(pg),
+            blocking=True,
         )
         armed.touch()
         code = await asyncio.to_thread(r2.wait, 60)
@@ -386,6 +402,7 @@ async def test_a_relay_whose_producer_is_refused_at_start_up_exits_and_holds_not
 # --------------------------------------------------------------------------- 4. Kafka down
 
 
+@pytest.mark.serial
 async def test_broker_outage_loses_nothing_and_parks_nothing(
     pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
 ) -> None:
@@ -395,16 +412,26 @@ async def test_broker_outage_loses_nothing_and_parks_nothing(
         relay = fleet.start("r", named_relay_env(pg, kafka_bootstrap, "r", batch_size=100))
         await wait_split(pg, ["r"])
         await writers.wait_committed(300)
-        await until(lambda: settled_by(pg).get("r", 0) > 100, 30, "the relay to publish")
+        await until(
+            lambda: settled_by(pg).get("r", 0) > 100, 30, "the relay to publish", blocking=True
+        )
         before = writers.committed
         t0 = time.monotonic()
         with service_down("kafka"):
-            await asyncio.sleep(20)
-            assert relay.proc.poll() is None, relay.log()[-3000:]
+            # Away until the relay's batches have failed and been retried, while writers
+            # keep committing.
+            await until(
+                lambda: (
+                    relay.log().count("batch failed; retrying") >= 2
+                    and writers.committed - before > 100
+                ),
+                120,
+                "failed batches retried and 100 events committed during the outage",
+                alive=relay.check_alive,
+            )
             during = writers.committed - before
         outage_s = time.monotonic() - t0
-        assert during > 100, "events must keep being committed during the outage"
-        await asyncio.sleep(3)
+        await publishing(pg, ["r"], writers)  # the relay resumes while writers go on
         log = writers.stop()
     await wait_drained(pg, 120)
     assert relay.proc.poll() is None, "the relay must resume by itself, not exit"
@@ -423,6 +450,7 @@ async def test_broker_outage_loses_nothing_and_parks_nothing(
 # --------------------------------------------------------------------------- 5. Postgres down
 
 
+@pytest.mark.serial
 async def test_database_restart_loses_nothing(
     pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
 ) -> None:
@@ -433,17 +461,23 @@ async def test_database_restart_loses_nothing(
         await wait_split(pg, ["r"])
         await writers.wait_committed(300)
         t0 = time.monotonic()
+        noticed = ("heartbeat failed", "batch failed; retrying", "lease lost")
         with service_down("postgres"):
-            await asyncio.sleep(4)
+            # Down until writers and the relay have both hit it.
+            failed = writers.errors
+            await until(
+                lambda: writers.errors > failed and any(n in relay.log() for n in noticed),
+                60,
+                "writers and the relay to see the database gone",
+                alive=relay.check_alive,
+            )
         restart_s = time.monotonic() - t0
         assert relay.proc.poll() is None, relay.log()[-3000:]
-        before = writers.committed
-        await asyncio.sleep(5)
-        assert writers.committed > before, "writers must commit again after the restart"
+        # Writers commit again after the restart, and the relay publishes again.
+        await publishing(pg, ["r"], writers)
         log = writers.stop()
     await wait_drained(pg, 120)
     assert relay.proc.poll() is None, "the relay must resume by itself, not exit"
-    noticed = ("heartbeat failed", "batch failed; retrying", "lease lost")
     assert any(n in relay.log() for n in noticed), "the restart never reached the relay"
     assert parked_rows(pg) == []
     stop_all(fleet)
@@ -538,7 +572,7 @@ async def test_oversized_rows_are_parked_without_blocking_other_keys(
     # Read before the relay runs: retention=keep moves published rows out of outbox_events.
     id_of = {str(r[1]): r[0] for r in pg.fetch("outbox_rows")}
 
-    fleet.start(
+    relay = fleet.start(
         "r",
         named_relay_env(
             pg,
@@ -564,8 +598,17 @@ async def test_oversized_rows_are_parked_without_blocking_other_keys(
         rows = [r for r in fetch(pg, "row_states") if r[2] != "pending" or r[3] or not r[4]]
         return f"rows not plainly published: {[(*r[:5], r[5][:80]) for r in rows]}\n{fleet.logs()}"
 
-    await until(settled, 60, f"3 parked rows and {held_back} held back", state=state)
-    await asyncio.sleep(2)  # and it stays so
+    await until(settled, 60, f"3 parked rows and {held_back} held back", state=state, blocking=True)
+    # And it stays so while the relay goes on probing: ten more cycles, each of which
+    # would have claimed a row let go too early.
+    port = await until(lambda: ops_port_in(relay.log()), 30, "the relay's ops endpoint")
+    probes = (await scrape(port)).value("outbox_relay_probes_total") or 0.0
+
+    async def probed_on() -> bool:
+        now = (await scrape(port)).value("outbox_relay_probes_total") or 0.0
+        return now >= probes + 10
+
+    await until(probed_on, 60, "ten more probes")
     states = {row[0]: row for row in fetch(pg, "row_states")}
     stop_all(fleet)
 
@@ -734,7 +777,9 @@ async def test_sqlite_refuses_a_second_relay_while_the_first_delivers(
 
     env = relay_env(backend, kafka_bootstrap, retention="keep", replica_id="first")
     first = fleet.start("first", env)
-    await until(lambda: "relay started" in first.log(), 30, "the first relay to start")
+    await until(
+        lambda: "relay started" in first.log(), 30, "the first relay to start", blocking=True
+    )
     await asyncio.to_thread(write, 300)
 
     second_env = relay_env(backend, kafka_bootstrap, retention="keep", replica_id="second")
@@ -802,7 +847,7 @@ async def test_sigkill_of_the_active_replica_hands_over_to_a_standby(
             name,
             named_relay_env(pg, kafka_bootstrap, name, active_replicas=1, lease_ttl_s=2.0),
         )
-        await until(lambda: "relay started" in proc.log(), 60, f"{name} to start")
+        await until(lambda: "relay started" in proc.log(), 60, f"{name} to start", blocking=True)
         return name
 
     actives: list[str] = []
@@ -815,6 +860,7 @@ async def test_sigkill_of_the_active_replica_hands_over_to_a_standby(
                 lambda: (owner := sole_owner(pg)) not in actives and owner,
                 60,
                 "a new replica holding every shard",
+                blocking=True,
             )
             actives.append(active)
             before = settled_by(pg).get(active, 0)
@@ -823,6 +869,7 @@ async def test_sigkill_of_the_active_replica_hands_over_to_a_standby(
                 lambda a=active, b=before: settled_by(pg).get(a, 0) > b + 50,  # type: ignore[misc]
                 60,
                 f"{active} to publish",
+                blocking=True,
             )
             # Standbys issue no settle: only replicas that have been active did.
             assert set(settled_by(pg)) <= set(actives), (settled_by(pg), actives)

@@ -1,8 +1,15 @@
 """Fixtures for the deployment tests: helm, podman and the images, installed and built by
-scripts/containers.py when missing (cached in the project's cache folder)."""
+scripts/containers.py when missing (cached in the project's cache folder).
+
+Under xdist every worker has these session fixtures: one lock across processes makes the
+first worker install and build while the others wait, then find everything cached.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,11 +17,23 @@ import pytest
 from scripts import containers
 
 
+@contextlib.contextmanager
+def one_builder() -> Iterator[None]:
+    containers.STATE.mkdir(parents=True, exist_ok=True)
+    with open(containers.STATE / "build.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def helm() -> Path:
     """helm, built once with `go install` from the Go module proxy."""
     try:
-        return containers.helm()
+        with one_builder():
+            return containers.helm()
     except containers.ContainersError as exc:
         pytest.fail(str(exc))
 
@@ -23,7 +42,8 @@ def helm() -> Path:
 def podman_ready() -> None:
     """podman and friends installed, the project's podman configuration written."""
     try:
-        containers.setup()
+        with one_builder():
+            containers.setup()
     except containers.ContainersError as exc:
         pytest.fail(str(exc))
 
@@ -31,15 +51,17 @@ def podman_ready() -> None:
 @pytest.fixture(scope="session")
 def relay_image(podman_ready: None) -> str:
     """The project's Dockerfile built on the local python:3.11-slim stand-in."""
-    return containers.relay_image()
+    with one_builder():
+        return containers.relay_image()
 
 
 @pytest.fixture(scope="session")
 def standin_images(podman_ready: None) -> dict[str, str]:
     """Local stand-ins for the official postgres and apache/kafka images, and the python base."""
-    return {
-        "python": containers.python_image(),
-        "postgres": containers.postgres_image(),
-        "kafka": containers.kafka_image(),
-        "kafka_cp": containers.KAFKA_CP_IMAGE,
-    }
+    with one_builder():
+        return {
+            "python": containers.python_image(),
+            "postgres": containers.postgres_image(),
+            "kafka": containers.kafka_image(),
+            "kafka_cp": containers.KAFKA_CP_IMAGE,
+        }

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +19,7 @@ import pytest
 
 from producer_lib import Outbox
 from scripts import containers
+from scripts.ports import reserved_port
 from tests.conftest import TopicFactory
 from tests.support.kafka import read_topic
 
@@ -41,12 +41,6 @@ def podman(
     if check and res.returncode != 0:
         raise AssertionError(f"podman {' '.join(args)} failed:\n{res.stdout}{res.stderr}")
     return res
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def readyz(port: int) -> tuple[int, str]:
@@ -110,7 +104,7 @@ async def test_relay_container_migrates_publishes_and_stops_cleanly(
         )
 
     # 3. the relay, in the container, until it has published and answers /readyz
-    port = free_port()
+    port = reserved_port()
     name = f"outbox-relay-test-{uuid.uuid4().hex[:8]}"
     with container(name):
         podman(

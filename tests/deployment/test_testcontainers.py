@@ -83,8 +83,17 @@ def test_smoke_test_through_testcontainers(
     assert res.returncode == 0, output
     assert "1 passed" in res.stdout, output
     # testcontainers removed its containers (no Ryuk: the fixtures' context managers did).
+    # Only the containers it labels: other tests run stand-in images beside this one.
     left = subprocess.run(
-        ["podman", "ps", "-a", "--format", "{{.Image}}"],
+        [
+            "podman",
+            "ps",
+            "-a",
+            "--filter",
+            "label=org.testcontainers=true",
+            "--format",
+            "{{.Image}}",
+        ],
         env=containers.podman_env(),
         capture_output=True,
         text=True,

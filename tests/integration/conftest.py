@@ -10,7 +10,7 @@ import pytest
 
 from relay.store import Store
 from tests.conftest import TopicFactory
-from tests.support.consumers import consumer_topics, prepare
+from tests.support.consumers import consumer_topics, prepare, with_effects
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.stores import opened_store
 
@@ -36,9 +36,9 @@ CASE_IDS = [f"{a}-{d}" for a, d in CASES]
 
 
 @pytest.fixture
-def pg(pg_url: str) -> Backend:
+def pg(migrated_pg_url: str) -> Backend:
     """A private Postgres database: producer_lib's schema plus consumer_effects."""
-    return prepare(postgres_backend(pg_url))
+    return with_effects(postgres_backend(migrated_pg_url))
 
 
 @pytest.fixture(params=CASES, ids=CASE_IDS)
@@ -46,7 +46,7 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
     """Each database adapter on each database it supports, on a private prepared database."""
     adapter, dialect = request.param
     if dialect == "postgres":
-        return adapter, prepare(postgres_backend(request.getfixturevalue("pg_url")))
+        return adapter, with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
     return adapter, prepare(sqlite_backend(tmp_path / "consumer.sqlite3"))
 
 

@@ -21,10 +21,10 @@ from outbox_core.tables import metadata
 from producer_lib import MigrationError, Outbox, migrate
 from tests.conftest import TopicFactory
 from tests.integration.test_migrations import ALL, catalog
-from tests.support import postgres as pg_support
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import read_topic
 from tests.support.ops import login_roles, role_statement, with_user
+from tests.support.postgres import Databases
 from tests.support.processes import ChildProcess
 from tests.support.readme import blocks
 from tests.support.relay import relay_env, wait_drained
@@ -175,7 +175,7 @@ def test_every_migration_after_the_first_ships_alembic_operations() -> None:
 
 @pytest.mark.parametrize("recorded_first", [False, True], ids=["none-recorded", "0001-recorded"])
 def test_alembic_operations_equal_the_sql_migration_and_are_recorded_not_applied(
-    pg_url: str, postgres_admin: str, monkeypatch: pytest.MonkeyPatch, recorded_first: bool
+    pg_url: str, databases: Databases, monkeypatch: pytest.MonkeyPatch, recorded_first: bool
 ) -> None:
     backend = postgres_backend(pg_url)
     first = available("postgres")[:1]
@@ -193,13 +193,9 @@ def test_alembic_operations_equal_the_sql_migration_and_are_recorded_not_applied
     later = sorted(UPGRADES)
     assert report.adopted == (later if recorded_first else [1, *later])
     assert backend.fetch("migrations_applied") == ALL
-    name = pg_support.create_database(postgres_admin)
-    try:
-        migrated = postgres_backend(pg_support.with_database(postgres_admin, name))
-        migrated.migrate()
-        assert catalog(backend) == catalog(migrated)
-    finally:
-        pg_support.drop_database(postgres_admin, name)
+    migrated = postgres_backend(databases.empty())
+    migrated.migrate()
+    assert catalog(backend) == catalog(migrated)
 
 
 def test_sqlite_tables_no_migration_recorded_are_refused_not_stamped(tmp_path: Path) -> None:

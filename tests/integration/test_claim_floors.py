@@ -39,13 +39,6 @@ OWNER = "relay-1"
 
 
 @pytest.fixture
-def pg(pg_url: str) -> Backend:
-    backend = postgres_backend(pg_url)
-    backend.migrate()
-    return backend
-
-
-@pytest.fixture
 async def pg_store(pg: Backend) -> AsyncIterator[Store]:
     async with opened_store(pg) as store:
         yield store

@@ -57,7 +57,6 @@ from tests.support.consumers import (
     relay_record,
     running_consumer,
     terminate_other_connections,
-    until,
     wait_committed,
     with_duplicates,
 )
@@ -66,6 +65,7 @@ from tests.support.ops import tcp_gate
 from tests.support.processes import ROOT
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.transactions import sync_tx
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -332,14 +332,16 @@ async def test_psycopg_async_replaces_all_broken_idle_connections_after_one_fail
 
     db = PsycopgAsync(pg.target, max_connections=4)
     release = asyncio.Event()
+    holding: list[object] = []
 
     async def hold(event: object, conn: object) -> None:
+        holding.append(conn)
         await release.wait()
 
     try:
         # Four transactions at once, the first use from several tasks: four connections.
         busy = [asyncio.create_task(db.apply("g", str(uuid.uuid4()), hold, None)) for _ in "1234"]
-        await asyncio.sleep(1.0)
+        await until(lambda: len(holding) == 4, 30, "four transactions holding a connection each")
         release.set()
         assert await asyncio.gather(*busy) == [True] * 4
         assert terminate_other_connections(pg) == 4  # all idle in the pool now
@@ -410,7 +412,7 @@ async def test_each_adapter_dedups_and_purges_only_rows_older_than_retention_cou
         others = [str(uuid.uuid4()) for _ in range(2)]
         for event_id in others:
             assert await db.apply(other, event_id, still, None)
-        await asyncio.sleep(1.5)
+        backend.rewind(1.5)  # every row so far was processed 1.5 s earlier
         recent = str(uuid.uuid4())
         assert await db.apply(group, recent, still, None)
         assert [await db.purge(group, 1.0, 2) for _ in range(4)] == [2, 2, 1, 0]

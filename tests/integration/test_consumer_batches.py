@@ -44,11 +44,11 @@ from tests.support.consumers import (
     processed_ids,
     produce,
     running_consumer,
-    until,
     wait_committed,
 )
 from tests.support.db import Backend, postgres_backend
 from tests.support.ops import TcpGate, tcp_gate
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -202,8 +202,12 @@ async def test_the_database_lost_mid_batch_retries_the_whole_batch_once_it_is_ba
                 return cut.is_set()
 
             await until(was_cut, 60, "the gate cut mid-batch", alive=running.check_alive)
-            await asyncio.sleep(2.0)
-            assert running.stats.transient_retries >= 1
+
+            async def retried() -> bool:
+                return bool(running.stats.transient_retries >= 1)
+
+            # The batch failed on the cut and is being retried while the gate stays shut.
+            await until(retried, 60, "a transient retry", alive=running.check_alive)
             await gate.open()
             await wait_committed(kafka_bootstrap, group, layout, alive=running.check_alive)
         stats = running.stats

@@ -28,21 +28,15 @@ from tests.support.consumers import (
     Outgoing,
     consumer_topics,
     make_events,
-    prepare,
     produce,
     running_consumer,
-    until,
     with_duplicates,
 )
-from tests.support.db import Backend, postgres_backend
+from tests.support.db import Backend
 from tests.support.ops import Metrics, http_get, scrape
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Backend:
-    return prepare(postgres_backend(pg_url))
 
 
 @pytest.fixture

@@ -34,12 +34,13 @@ from tests.support.consumers import (
     processed_ids,
     produce,
     running_consumer,
-    until,
     wait_committed,
+    with_effects,
 )
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import create_topics, delete_topics
 from tests.support.ops import http_get
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, Backend]
     """One database two consumer groups share, on each dialect."""
     adapter, dialect = request.param
     if dialect == "postgres":
-        return adapter, prepare(postgres_backend(request.getfixturevalue("pg_url")))
+        return adapter, with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
     return adapter, prepare(sqlite_backend(tmp_path / "shared.sqlite3"))
 
 

@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -28,6 +29,8 @@ async def test_django_example_on_each_backend_driver(
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "ORDERS_TOPIC": topic,
         "ORDERS_DB_DRIVER": driver,
+        # A group of its own: the other driver's run may consume beside this one.
+        "CONSUMER_GROUP": f"django-orders-{driver}-{uuid.uuid4().hex[:8]}",
     }
     command = [
         sys.executable,

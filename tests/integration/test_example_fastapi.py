@@ -26,13 +26,13 @@ from tests.support.consumers import (
     prepare,
     processed_ids,
     produce,
-    until,
     wait_committed,
 )
 from tests.support.db import Backend, postgres_backend
 from tests.support.kafka import read_topic
 from tests.support.processes import ChildProcess
 from tests.support.relay import relay_settings, running_relay, wait_drained
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 

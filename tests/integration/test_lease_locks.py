@@ -21,7 +21,7 @@ import pytest
 
 from outbox_core.queries import query
 from relay.control.purge import PurgeSettings
-from tests.support.db import Backend, postgres_backend
+from tests.support.db import Backend
 from tests.support.stores import emit, event, keys_on_shard, opened_store, row_states, settle
 
 pytestmark = pytest.mark.integration
@@ -31,16 +31,9 @@ OWNER = "relay-1"
 
 
 @pytest.fixture
-def pg_backend(pg_url: str) -> Backend:
-    backend = postgres_backend(pg_url)
-    backend.migrate()
-    return backend
-
-
-@pytest.fixture
-def settling(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
+def settling(pg: Backend) -> Iterator[psycopg.Connection[Any]]:
     """A connection whose transaction is left open by the test (a settle in progress)."""
-    with psycopg.connect(pg_url) as conn:
+    with psycopg.connect(pg.target) as conn:
         yield conn
 
 
@@ -66,11 +59,12 @@ def run_unwaiting(url: str, name: str, params: Mapping[str, Any]) -> list[tuple[
 
 
 async def test_a_renewal_and_another_settle_go_ahead_beside_a_settle_in_progress(
-    pg_backend: Backend, pg_url: str, settling: psycopg.Connection[Any]
+    pg: Backend, settling: psycopg.Connection[Any]
 ) -> None:
+    pg_url = pg.target
     a, b = keys_on_shard(SHARD, 2)
-    r1, r2 = emit(pg_backend, event(a), event(b))
-    async with opened_store(pg_backend) as store:
+    r1, r2 = emit(pg, event(a), event(b))
+    async with opened_store(pg) as store:
         token = await store.lease_acquire(SHARD, OWNER, 30)
         assert token is not None
         # The bulk lane's settle, not committed yet.
@@ -87,17 +81,18 @@ async def test_a_renewal_and_another_settle_go_ahead_beside_a_settle_in_progress
         assert (list(quick[0]), quick[1]) == ([SHARD], 1)
 
         settling.commit()
-        states = row_states(pg_backend)
+        states = row_states(pg)
         assert states[r1].published
         assert r2 not in states  # deleted by the quick lane's settle
 
 
 async def test_a_takeover_waits_for_the_old_holder_s_settle_to_commit(
-    pg_backend: Backend, pg_url: str, settling: psycopg.Connection[Any]
+    pg: Backend, settling: psycopg.Connection[Any]
 ) -> None:
+    pg_url = pg.target
     (a,) = keys_on_shard(SHARD, 1)
-    r1, r2 = emit(pg_backend, event(a), event(a))
-    async with opened_store(pg_backend) as store:
+    r1, r2 = emit(pg, event(a), event(a))
+    async with opened_store(pg) as store:
         old = await store.lease_acquire(SHARD, OWNER, 0.5)
         assert old is not None
         await asyncio.sleep(0.8)  # expired: anyone may take it over
@@ -110,7 +105,7 @@ async def test_a_takeover_waits_for_the_old_holder_s_settle_to_commit(
         settling.commit()
         assert await store.lease_acquire(SHARD, "relay-2", 30) == old + 1
         # The old holder's settle stood (it committed first); its next one is refused.
-        assert row_states(pg_backend)[r1].published
+        assert row_states(pg)[r1].published
         late = await settle(store, OWNER, {SHARD: old}, [r2], [], keep=True)
         assert late.lost == {SHARD}
-        assert not row_states(pg_backend)[r2].published
+        assert not row_states(pg)[r2].published

@@ -19,12 +19,13 @@ from outbox_core.kafka_security import KafkaSecurity
 from producer_lib import Event, Outbox
 from relay.ops import admin
 from tests.conftest import TopicFactory
-from tests.support.consumers import processed_ids, running_consumer, until
+from tests.support.consumers import processed_ids, running_consumer
 from tests.support.db import postgres_backend
 from tests.support.kafka import read_topic
 from tests.support.ops import grant, login_roles, probe, with_user
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.transactions import sync_tx
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,11 @@ from consumer_lib.tracing import tracing
 from outbox_core import logs
 from outbox_core.kafka_security import KafkaSecurity
 from tests.conftest import TopicFactory
-from tests.support.consumers import running_consumer, until
+from tests.support.consumers import running_consumer
 from tests.support.db import postgres_backend
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.stores import emit, event
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 
 from outbox_core.migrate import available, schema_sql
 from producer_lib import ConfigurationError, MigrationError, Outbox, UnknownMigration, migrate
-from tests.support import postgres as pg_support
 from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.postgres import Databases
 from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def catalog(backend: Backend) -> dict[str, Any]:
 
 
 @pytest.fixture
-def twin(empty_backend: Backend, postgres_admin: str, tmp_path: Path) -> Iterator[Backend]:
+def twin(empty_backend: Backend, databases: Databases, tmp_path: Path) -> Iterator[Backend]:
     """A second empty database of the same kind, loaded from schema.sql."""
     if empty_backend.dialect == "sqlite":
         path = tmp_path / "from_schema.sqlite3"
@@ -52,14 +52,10 @@ def twin(empty_backend: Backend, postgres_admin: str, tmp_path: Path) -> Iterato
             conn.executescript(schema_sql("sqlite"))
         yield sqlite_backend(path)
         return
-    name = pg_support.create_database(postgres_admin)
-    url = pg_support.with_database(postgres_admin, name)
-    try:
-        with psycopg.connect(url) as conn:
-            conn.execute(schema_sql("postgres").encode())
-        yield postgres_backend(url)
-    finally:
-        pg_support.drop_database(postgres_admin, name)
+    url = databases.empty()
+    with psycopg.connect(url) as conn:
+        conn.execute(schema_sql("postgres").encode())
+    yield postgres_backend(url)
 
 
 def test_migrations_produce_schema_sql(empty_backend: Backend, twin: Backend) -> None:

@@ -7,7 +7,9 @@ import time
 from urllib.parse import quote, urlsplit
 
 import pytest
+from psycopg_pool.base import AttemptWithBackoff
 
+from outbox_core import pg_pool
 from outbox_core.database_url import DatabaseUrl
 from outbox_core.pg_pool import PostgresPool, reconnecting_pool
 from outbox_core.pg_session import SessionSettings
@@ -17,16 +19,24 @@ from tests.support.ops import tcp_gate
 
 pytestmark = pytest.mark.integration
 
-OUTAGE_S = 35.0  # long enough for psycopg_pool's doubling delay to reach 16 and then 32 s
+# The outage's clock runs five times fast: psycopg_pool's first retry delay (1 s, doubling)
+# and the pool's reconnection window are scaled by TIME_SCALE, so a 7 s outage here is the
+# 35 s outage at full scale, long enough for the doubling delay to pass 16 s.
+TIME_SCALE = 0.2
+OUTAGE_S = 35.0 * TIME_SCALE
 
 
-async def test_a_pool_reconnects_within_seconds_of_a_long_outage_ending(pg_url: str) -> None:
+async def test_a_pool_reconnects_within_seconds_of_a_long_outage_ending(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pool whose every slot is held by a failed connection's retry (here its only slot;
     after a server restart, each of the pool's connections) keeps trying every few seconds.
     With psycopg_pool's uncapped doubling alone the next attempt after a 35 s outage came at
     ~67 s, half a minute after the server was back, and this test failed. The bound below is
-    a liveness bound, with a wide margin over the ~4 s the window gives, not a speed
-    measurement."""
+    a liveness bound (15 s at full scale), with a wide margin over the ~4 s the window
+    gives, not a speed measurement."""
+    monkeypatch.setattr(AttemptWithBackoff, "INITIAL_DELAY", 1.0 * TIME_SCALE)
+    monkeypatch.setattr(pg_pool, "RECONNECT_WINDOW_S", pg_pool.RECONNECT_WINDOW_S * TIME_SCALE)
     server = urlsplit(pg_url).netloc.rpartition("@")[2]
     async with tcp_gate(server) as gate:  # refuses connections until it is opened
         pool = reconnecting_pool(pg_url.replace(server, gate.address, 1), max_size=1, timeout=1.0)
@@ -40,7 +50,8 @@ async def test_a_pool_reconnects_within_seconds_of_a_long_outage_ending(pg_url: 
                     async with pool.connection(timeout=1.0):
                         break
                 except Exception:
-                    assert time.monotonic() - back < 15, "no connection 15 s after the outage"
+                    late = time.monotonic() - back
+                    assert late < 15 * TIME_SCALE, f"no connection {late:.1f} s after the outage"
             assert pool.get_stats().get("connections_num", 0) >= 1
         finally:
             await pool.close()

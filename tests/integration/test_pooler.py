@@ -53,11 +53,9 @@ def pgbouncer(postgres_admin: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def direct(pg_url: str) -> Backend:
+def direct(pg: Backend) -> Backend:
     """This test's database, migrated (migrations need a direct connection)."""
-    backend = postgres_backend(pg_url)
-    backend.migrate()
-    return backend
+    return pg
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from outbox_core.supervisor import Supervisor
 from relay.control.purge import Purger, PurgeSettings
 from relay.ops import admin
 from relay.store import Rotated, Rotation, Store
-from tests.support.db import Backend, postgres_backend
+from tests.support.db import Backend
 from tests.support.stores import (
     claim,
     emit,
@@ -40,10 +40,8 @@ FAST = Rotation(retention_s=3600.0, width_s=1, ahead_s=3, lock_timeout_ms=100)
 
 
 @pytest.fixture
-def pgb(pg_url: str) -> Backend:
-    backend = postgres_backend(pg_url)
-    backend.migrate()
-    return backend
+def pgb(pg: Backend) -> Backend:
+    return pg
 
 
 @pytest.fixture

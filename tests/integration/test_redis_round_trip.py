@@ -10,14 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from consumer_lib.redis_entries import decode_entry
-from tests.support.consumers import (
-    effect_problems,
-    effects,
-    new_group,
-    prepare,
-    processed_ids,
-    until,
-)
+from tests.support.consumers import effect_problems, effects, new_group, prepare, processed_ids
 from tests.support.db import Backend
 from tests.support.redis import unique_stream_name
 from tests.support.redis_consumers import (
@@ -31,6 +24,7 @@ from tests.support.redis_consumers import (
     source_settings,
 )
 from tests.support.relay import expected_from_db, running_relay, wait_drained
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 

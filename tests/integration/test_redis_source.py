@@ -21,7 +21,6 @@ from tests.support.consumers import (
     new_group,
     prepare,
     processed_ids,
-    until,
 )
 from tests.support.db import Backend
 from tests.support.ops import http_get, scrape
@@ -40,6 +39,7 @@ from tests.support.redis_consumers import (
     source_settings,
 )
 from tests.support.relay import expected_from_db, running_relay, wait_drained
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 

@@ -6,17 +6,22 @@ not due (parked) never turn it red."""
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
 
+from relay.ops import observer
+from relay.pipeline.step import BatchOutcome
 from relay.service import RelayService
 from tests.support.db import Backend
-from tests.support.ops import TcpGate, eventually, http_get, park, tcp_gate
+from tests.support.ops import TcpGate, http_get, park, tcp_gate
 from tests.support.redis import unique_stream_name
 from tests.support.relay import relay_settings, running_relay
 from tests.support.stores import emit, event
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +39,23 @@ def through(gate: TcpGate, redis_url: str) -> str:
     return parts._replace(netloc=gate.address).geturl()
 
 
+class Clock:
+    """The relay observer's clock: real time plus what a test adds, so a stall window
+    passes without the test waiting for it."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+
 async def test_healthz_is_red_while_the_cycle_settles_nothing_with_rows_due_and_green_after(
-    backend: Backend, redis_url: str, redis_client: Redis
+    backend: Backend, redis_url: str, redis_client: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    clock = Clock()
+    monkeypatch.setattr(observer, "time", SimpleNamespace(monotonic=clock.monotonic))
+    cycles: list[BatchOutcome] = []
     stream = unique_stream_name("liveness")
     async with tcp_gate(urlsplit(redis_url).netloc) as gate:
         await gate.open()
@@ -57,10 +76,13 @@ async def test_healthz_is_red_while_the_cycle_settles_nothing_with_rows_due_and_
                 await redis_client.xlen(stream) == count
             )
 
-        async with running_relay(settings) as service:
+        async with running_relay(settings, on_batch=cycles.append) as service:
             emit(backend, *(event(f"k{i}", topic=stream) for i in range(20)))
-            await eventually(lambda: published(20), 30, "the first 20 events on Redis")
-            await asyncio.sleep(2 * STALL_S)
+            await until(lambda: published(20), 30, "the first 20 events on Redis")
+            # Twice the stall window passes; the cycles after it find nothing due.
+            clock.ahead += 2 * STALL_S
+            seen = len(cycles)
+            await until(lambda: len(cycles) >= seen + 3, 30, "three more cycles")
             assert await healthz(service) == (200, "ok")
 
             gate.hold()
@@ -70,16 +92,16 @@ async def test_healthz_is_red_while_the_cycle_settles_nothing_with_rows_due_and_
                 status, body = await healthz(service)
                 return body if status == 503 else None
 
-            body = await eventually(red, 60, "/healthz red while the cycle stalls")
+            body = await until(red, 60, "/healthz red while the cycle stalls")
             assert "nothing settled" in body, body
             assert "rows due" in body, body
             # 50 due, and the one behind the parked row.
             assert await asyncio.to_thread(backend.scalar, "outbox_unpublished_pending") == 51
 
             gate.release()
-            await eventually(lambda: published(70), 60, "every due event on Redis")
+            await until(lambda: published(70), 60, "every due event on Redis")
 
             async def green() -> bool:
                 return await healthz(service) == (200, "ok")
 
-            await eventually(green, 30, "/healthz green once rows settle again")
+            await until(green, 30, "/healthz green once rows settle again")

@@ -20,14 +20,12 @@ import pytest
 
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
-from tests.support.faults import until
 from tests.support.kafka import read_topic
 from tests.support.ops import (
     Metrics,
     backdate,
     cli_async,
     cli_on_terminal,
-    eventually,
     http_get,
     output,
     park,
@@ -36,6 +34,7 @@ from tests.support.ops import (
 )
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.stores import emit, event
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +45,7 @@ async def _ops_port(relay: Any) -> int:
     async def bound() -> int | None:
         return relay.ops.port if relay.ops is not None else None
 
-    port: int = await eventually(bound, 30, "the ops endpoint")
+    port: int = await until(bound, 30, "the ops endpoint")
     return port
 
 
@@ -90,7 +89,7 @@ async def test_metrics_probes_and_gauges_of_a_working_relay(
             )
             return m if done else None
 
-        m = await eventually(settled, 60, "42 published, 2 parked, 1 pending in the gauges")
+        m = await until(settled, 60, "42 published, 2 parked, 1 pending in the gauges")
         healthz = await http_get(port, "/healthz")
         readyz = await http_get(port, "/readyz")
         missing = await http_get(port, "/nope")
@@ -139,7 +138,7 @@ async def test_readyz_names_kafka_while_it_is_unreachable_and_scrapes_never_quer
             m = await scrape(port)
             return m if m.value("outbox_relay_pending_rows") == 3 else None
 
-        m = await eventually(first_refresh, 30, "the backlog gauges while Kafka is away")
+        m = await until(first_refresh, 30, "the backlog gauges while Kafka is away")
         assert _total(m, "outbox_relay_oldest_pending_age_seconds") > 0
         readyz = await http_get(port, "/readyz")
         healthz = await http_get(port, "/healthz")
@@ -323,7 +322,9 @@ async def test_replay_republishes_retained_events_with_their_event_id(
         assert "not found or not retained: 987654" in unknown.stdout
         await wait_drained(backend)
         # The settle commits before the lane counts its outcome.
-        await until(lambda: relay.stats.published >= 31, 10, "the last settle counted")
+        await until(
+            lambda: relay.stats.published >= 31, 10, "the last settle counted", blocking=True
+        )
         published = relay.stats.published
 
     event_ids = {r.id: r.event_id for r in rows(backend).values()}

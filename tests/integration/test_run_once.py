@@ -4,7 +4,6 @@ standing in for Kafka."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -202,7 +201,7 @@ async def test_retriable_ack_failure_backs_the_row_off_and_holds_its_key(
     assert counts(second) == (1, 1, 0, 0, 0, False, False)
     assert sent(publisher) == [eid[b1], eid[b2]]
 
-    await asyncio.sleep(HOLD + 0.1)
+    backend.rewind(HOLD + 0.1)  # the backoff is over
     publisher.fail = None
     third = await run(store, publisher, settings, token)
     assert counts(third) == (2, 2, 0, 0, 0, False, True)
@@ -230,7 +229,7 @@ async def test_a_keys_rows_of_one_claim_fail_together_so_none_overtakes_another(
     assert sorted(states) == [a1, a2]
     assert (states[a1].attempts, states[a2].attempts) == (1, 1)
 
-    await asyncio.sleep(HOLD + 0.1)
+    backend.rewind(HOLD + 0.1)  # the backoff is over
     publisher.fail = None
     await run(store, publisher, settings, token)
     assert sent(publisher) == [eid[b1], eid[a1], eid[a2]]
@@ -264,7 +263,7 @@ async def test_reaching_max_attempts_parks(backend: Backend, store: Store) -> No
 
     assert counts(await run(store, publisher, settings, token)) == (2, 1, 1, 0, 0, False, False)
     assert (row_states(backend)[x1].attempts, row_states(backend)[x1].status) == (1, "pending")
-    await asyncio.sleep(BACKOFF + 0.1)
+    backend.rewind(BACKOFF + 0.1)  # the backoff is over
     emit(backend, event(y))  # another key succeeds in the same batch
     assert counts(await run(store, publisher, settings, token)) == (2, 1, 0, 1, 0, False, False)
     state = row_states(backend)[x1]
@@ -315,7 +314,7 @@ async def test_refusal_at_enqueue_holds_back_later_rows_of_its_key(
     assert (states[a2].attempts, states[a2].last_error) == (0, None)  # not tried, not charged
     assert await run(store, publisher, settings, token) == BatchOutcome(0)
 
-    await asyncio.sleep(HOLD + 0.1)
+    backend.rewind(HOLD + 0.1)  # the backoff is over
     publisher.refuse = None
     assert counts(await run(store, publisher, settings, token)) == (2, 2, 0, 0, 0, False, False)
     assert sent(publisher)[2:] == [eid[a1], eid[a2]]

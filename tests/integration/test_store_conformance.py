@@ -7,7 +7,6 @@ what the store did is read back with the named queries in tests/support/sql.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import time
@@ -38,9 +37,11 @@ SHARD = 3
 OTHER = 5
 OWNER = "relay-1"
 POLICIES: tuple[Policy, ...] = ("block_key", "skip")
-# Expiry tests use leases, delays and replicas of TTL seconds and then wait PAST_TTL.
-TTL = 1.0
-PAST_TTL = 1.3
+# Expiry tests use leases, delays and replicas of TTL seconds, then move the database's
+# clock columns back by PAST_TTL (Backend.rewind) rather than wait; what lives 30 s or
+# more outlives that.
+TTL = 5.0
+PAST_TTL = 6.0
 
 
 async def lease(store: Store, shard: int = SHARD, owner: str = OWNER) -> int:
@@ -107,7 +108,7 @@ async def test_claim_waits_for_available_at(backend: Backend, store: Store) -> N
     )
     for policy in POLICIES:
         assert ids_of(await claim(store, [SHARD], 10, policy)) == [ids[1], ids[3]]
-    await asyncio.sleep(PAST_TTL)
+    backend.rewind(PAST_TTL)
     for policy in POLICIES:
         assert ids_of(await claim(store, [SHARD], 10, policy)) == ids
 
@@ -184,7 +185,7 @@ async def test_block_key_holds_a_key_behind_its_failed_or_parked_row(
     assert settled == Settled(published=0, failed=2)
 
     assert ids_of(await claim(store, [SHARD], 100, "block_key")) == [b1, d2, b2]
-    await asyncio.sleep(PAST_TTL)
+    backend.rewind(PAST_TTL)
     # The backoff is over: a1 and a2 come back, in order. The parked p1 still holds p2.
     assert ids_of(await claim(store, [SHARD], 100, "block_key")) == [a1, d1, b1, a2, d2, b2]
     assert ids_of(await claim(store, [SHARD], 3, "block_key")) == [a1, d1, b1]
@@ -219,6 +220,8 @@ async def test_settle_deletes_acked_rows_and_records_failures(
     token = await lease(store)
     other_before = [row for row in snapshot(backend) if row[0] == other]
 
+    # The database and this process share the host's clock: settle's now() lies between.
+    before = time.time()
     settled = await settle(
         store,
         OWNER,
@@ -231,6 +234,7 @@ async def test_settle_deletes_acked_rows_and_records_failures(
         ],
         keep=False,
     )
+    after = time.time()
     # Rows of another shard are not this lease's to touch, whatever ids are passed.
     assert settled == Settled(published=2, failed=2)
     states = row_states(backend)
@@ -242,7 +246,9 @@ async def test_settle_deletes_acked_rows_and_records_failures(
         "pending",
         "KafkaTimeoutError: slow",
     )
-    assert 4.0 < backing_off.available_in_s <= 5.1
+    available_at = dict(backend.fetch("outbox_available_epoch"))[r3]
+    # The delay counts from settle's now() (stored to the millisecond on SQLite).
+    assert before + 5.0 - 0.002 <= available_at <= after + 5.0
     parked = states[r4]
     assert (parked.attempts, parked.status, parked.last_error) == (
         1,
@@ -354,7 +360,7 @@ async def test_settle_with_the_token_of_a_taken_over_lease_is_refused(
     r1, r2, r3 = emit(backend, event(a), event(a), event(a))
     old = await store.lease_acquire(SHARD, "relay-old", TTL)
     assert old == 1
-    await asyncio.sleep(PAST_TTL)
+    backend.rewind(PAST_TTL)
     # Expired but not taken over: the token is the fence, not the clock.
     assert await settle(store, "relay-old", {SHARD: old}, [r1], [], False) == Settled(1, 0)
 
@@ -413,7 +419,7 @@ async def test_leases_expire_on_the_database_clock_and_move_with_a_higher_token(
     assert await store.lease_renew("relay-2", {SHARD: 1, OTHER: 1}, 30) == set()
     assert await store.lease_renew("relay-1", {}, 30) == set()
 
-    await asyncio.sleep(PAST_TTL)
+    backend.rewind(PAST_TTL)
     assert await store.lease_list() == [
         Lease(SHARD, "relay-1", 1, False),
         Lease(OTHER, "relay-1", 1, True),
@@ -449,7 +455,7 @@ async def test_replicas_heartbeat_expire_and_leave(backend: Backend, store: Stor
     await store.replica_remove("relay-unknown")
     assert await store.replica_list_live() == ["relay-a", "relay-c"]
 
-    await asyncio.sleep(PAST_TTL)
+    backend.rewind(PAST_TTL)
     assert await store.replica_list_live() == ["relay-a"]
     await store.replica_heartbeat("relay-c", 30.0)
     assert await store.replica_list_live() == ["relay-a", "relay-c"]
@@ -467,7 +473,7 @@ async def test_the_roster_says_which_live_replicas_hold_a_live_lease(
         ("relay-b", True),
         ("relay-c", True),
     ]
-    await asyncio.sleep(PAST_TTL)  # relay-c's lease expired: it holds nothing live
+    backend.rewind(PAST_TTL)  # relay-c's lease expired: it holds nothing live
     assert await store.replica_roster() == [
         ("relay-a", False),
         ("relay-b", True),
@@ -494,11 +500,11 @@ async def test_purge_removes_old_published_rows_in_batches_and_old_idempotency_k
     )
     token = await lease(store)
     await settle(store, OWNER, {SHARD: token}, old[:3], [Failure(old[3], "x", 0, True)], keep=True)
-    await asyncio.sleep(PAST_TTL)
+    backend.rewind(PAST_TTL)
     recent = emit(backend, event(a, idempotency_key="recent-key"), event(b))
     await settle(store, OWNER, {SHARD: token}, recent[:1], [], keep=True)
 
-    # Retention TTL: the three rows published before the sleep are old enough.
+    # Retention TTL: the three rows published before the rewind are old enough.
     assert await store.purge(TTL, TTL, 2) == 2 + 1  # two rows (the limit), one old key
     assert await store.purge(TTL, TTL, 2) == 1
     assert await store.purge(TTL, TTL, 2) == 0

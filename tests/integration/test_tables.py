@@ -8,27 +8,22 @@ from sqlalchemy import create_engine
 from outbox_core.tables import metadata
 from tests.integration.test_migrations import catalog
 from tests.support.db import Backend, postgres_backend
+from tests.support.postgres import Databases
 
 pytestmark = pytest.mark.integration
 
 
-def test_sqlalchemy_tables_match_schema_sql(pg_url: str, postgres_admin: str) -> None:
-    from tests.support import postgres as pg_support
-
+def test_sqlalchemy_tables_match_schema_sql(pg_url: str, databases: Databases) -> None:
     engine = create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.begin() as conn:
         metadata.create_all(conn)
     engine.dispose()
     from_tables: Backend = postgres_backend(pg_url)
-    name = pg_support.create_database(postgres_admin)
-    try:
-        migrated = postgres_backend(pg_support.with_database(postgres_admin, name))
-        migrated.migrate()
-        expected = catalog(migrated)
-        got = catalog(from_tables)
-        # The shard_count row is data: Alembic users insert it in their revision.
-        expected.pop("schema_settings")
-        got.pop("schema_settings")
-        assert got == expected
-    finally:
-        pg_support.drop_database(postgres_admin, name)
+    migrated = postgres_backend(databases.empty())
+    migrated.migrate()
+    expected = catalog(migrated)
+    got = catalog(from_tables)
+    # The shard_count row is data: Alembic users insert it in their revision.
+    expected.pop("schema_settings")
+    got.pop("schema_settings")
+    assert got == expected

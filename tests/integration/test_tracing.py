@@ -22,11 +22,12 @@ from consumer_lib import ConsumedEvent, ConsumerApp, ConsumerSettings, PsycopgAs
 from outbox_core.kafka_security import KafkaSecurity
 from producer_lib import Outbox
 from tests.conftest import TopicFactory
-from tests.support.consumers import running_consumer, until
+from tests.support.consumers import running_consumer
 from tests.support.db import postgres_backend
 from tests.support.kafka import read_topic
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.transactions import sync_tx
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 

@@ -41,6 +41,7 @@ from outbox_core.queries import Dialect, parse_blocks, to_numbered
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, create_topics, delete_topics, read_topic, unique_topic_name
 from tests.support.processes import ChildProcess
+from tests.support.waits import until
 
 _SQL = Path(__file__).parent / "sql"
 CONSUMER_SQL: dict[Dialect, dict[str, str]] = {
@@ -87,6 +88,11 @@ def consumer_sql(dialect: Dialect, name: str) -> str:
 def prepare(backend: Backend) -> Backend:
     """Migrate (processed_events comes with producer_lib's schema) and add consumer_effects."""
     backend.migrate()
+    return with_effects(backend)
+
+
+def with_effects(backend: Backend) -> Backend:
+    """A migrated database plus consumer_effects, the table the test handlers write."""
     conn = backend.connect()
     try:
         conn.execute(consumer_sql(backend.dialect, "effects_create"))
@@ -628,27 +634,6 @@ async def consumer_topics(bootstrap: str) -> AsyncIterator[Callable[..., Awaitab
 
 
 # --------------------------------------------------------------------------- waiting
-
-
-async def until(
-    check: Callable[[], Awaitable[Any]],
-    timeout: float,
-    what: str,
-    *,
-    interval: float = 0.1,
-    alive: Callable[[], None] | None = None,
-) -> Any:
-    """Await check() until it returns something truthy; alive() may raise to fail early."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if alive is not None:
-            alive()
-        last = await check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 # --------------------------------------------------------------------------- in-process

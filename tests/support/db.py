@@ -68,6 +68,18 @@ class Backend:
         finally:
             conn.close()
 
+    def rewind(self, seconds: float) -> None:
+        """Moves every clock column of the outbox tables back by `seconds`: to the relay and
+        the consumer, as if that much time had passed."""
+        conn = self.connect()
+        try:
+            for name, sql in DIALECT_SQL[self.dialect].items():
+                if name.startswith("rewind_"):
+                    conn.execute(sql, {"s": seconds})
+            conn.commit()
+        finally:
+            conn.close()
+
     def scalar(self, name: str) -> Any:
         return self.fetch(name)[0][0]
 

@@ -7,13 +7,12 @@ something that never happens fails with a message instead of hanging.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tests.support.db import Backend
 from tests.support.kafka import read_topic
 from tests.support.relay import RelayProcess, Verdict, judge, relay_env
 from tests.support.services import services
+from tests.support.waits import until
 
 FAULTS_SQL = parse_blocks((Path(__file__).parent / "sql" / "faults.sql").read_text(), "faults.sql")
 
@@ -91,30 +91,6 @@ def fair_split_of(owners: list[str], shard_count: int) -> list[int]:
 # --------------------------------------------------------------------------- waiting
 
 
-async def until(
-    check: Callable[[], Any],
-    timeout: float,
-    what: str,
-    *,
-    interval: float = 0.2,
-    state: Callable[[], object] | None = None,
-) -> Any:
-    """Poll check() (sync, run in a thread) until it returns a truthy value; fail after timeout.
-
-    state() describes the situation in the failure message.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = await asyncio.to_thread(check)
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            detail = f"\n{state()}" if state is not None else ""
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        await asyncio.sleep(interval)
-
-
 async def wait_split(
     backend: Backend, owners: list[str], timeout: float = 30, shard_count: int = 16
 ) -> LeaseView:
@@ -129,7 +105,10 @@ async def wait_split(
         return view if sorted(split.values(), reverse=True) == want else None
 
     result: LeaseView = await until(
-        check, timeout, f"leases split {want} among {owners} (now {leases(backend).split()})"
+        check,
+        timeout,
+        f"leases split {want} among {owners} (now {leases(backend).split()})",
+        blocking=True,
     )
     return result
 
@@ -300,6 +279,12 @@ class Writers:
     def committed(self) -> int:
         with self._lock:
             return len(self.log.committed)
+
+    @property
+    def errors(self) -> int:
+        """Transactions that failed on the database (a restarting server)."""
+        with self._lock:
+            return self.log.errors
 
     async def wait_committed(self, n: int, timeout: float = 60) -> None:
         await until(lambda: self.committed >= n, timeout, f"{n} committed events")

@@ -14,7 +14,6 @@ import os
 import pty
 import re
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from outbox_core.queries import Dialect, parse_blocks
+from scripts.ports import reserved_port
 from tests.support.db import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,18 +146,6 @@ async def scrape(port: int) -> Metrics:
     assert response.status == 200, response
     assert response.content_type.startswith("text/plain"), response.content_type
     return Metrics(response.body)
-
-
-async def eventually(check: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Await check() (a coroutine function) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -333,12 +321,6 @@ def probe(url: str, name: str) -> str | None:
 # --------------------------------------------------------------------------- TCP gate
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TcpGate:
     """An address that refuses connections until open(), then forwards them to a real
     server ("host:port"; of a Kafka bootstrap list, the first). Kafka's metadata names the
@@ -351,7 +333,7 @@ class TcpGate:
     def __init__(self, target: str) -> None:
         host, _, port = target.split(",")[0].rpartition(":")
         self._target = (host, int(port))
-        self.port = free_port()
+        self.port = reserved_port()
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()

@@ -8,18 +8,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from scripts.ports import reserved_port
 from tests.support.postgres import with_database
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -31,7 +25,7 @@ def own_pgbouncer(server_url: str, extra: Mapping[str, str] | None = None) -> It
     folder = Path(tempfile.mkdtemp(prefix="outbox-pgbouncer-"))
     folder.chmod(0o755)
     try:
-        yield pgbouncer_start(free_port(), folder, server_url, extra)
+        yield pgbouncer_start(reserved_port(), folder, server_url, extra)
     finally:
         pgbouncer_stop(folder)
         shutil.rmtree(folder, ignore_errors=True)

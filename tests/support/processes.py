@@ -38,6 +38,14 @@ class ChildProcess:
     def running(self) -> bool:
         return self.proc.poll() is None
 
+    def check_alive(self) -> None:
+        """For until(alive=...): a wait fails at once when the process has exited."""
+        code = self.proc.poll()
+        if code is not None:
+            raise AssertionError(
+                f"{self.name or 'the process'} exited {code}:\n{self.log()[-3000:]}"
+            )
+
     def signal(self, sig: int) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)

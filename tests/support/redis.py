@@ -5,7 +5,6 @@ that restart Redis mid-run without disturbing anything shared."""
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.ports import reserved_port
 from scripts.service_redis import redis_start, redis_stop
 from tests.support.kafka import Record
 
@@ -31,12 +31,6 @@ def redis_url_from_env() -> str:
 
 def unique_stream_name(prefix: str = "s") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -63,7 +57,7 @@ class OwnRedis:
 
 @contextmanager
 def own_redis(data: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(_free_port(), data)
+    server = OwnRedis(reserved_port(), data)
     server.start()
     try:
         yield server

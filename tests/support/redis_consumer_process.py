@@ -13,7 +13,8 @@ Configured by environment:
         before_ack   the transaction committed, the entry not acked
     REDIS_TEST_PAUSE=<n>                      SIGSTOP itself after the n-th commit, before its
                                               XACK (no transaction open); SIGCONT resumes it
-On SIGTERM it stops and prints "REDIS-TEST-STATS applied=A duplicates=D".
+After each entry it prints "REDIS-TEST-HANDLED n" (applied and duplicates so far); on
+SIGTERM it stops and prints "REDIS-TEST-STATS applied=A duplicates=D".
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class _CrashingSource(RedisSource):
     crash: _Crash
     pause_at: int = 0
     commits: int = 0
+
+    async def process(
+        self, stream: str, entry_id: bytes, fields: dict[bytes, bytes], *, redelivered: bool
+    ) -> None:
+        await super().process(stream, entry_id, fields, redelivered=redelivered)
+        # What a test waits for: this many entries handled (applied or duplicates) so far.
+        handled = self.stats.applied + self.stats.duplicates
+        print(f"REDIS-TEST-HANDLED {handled}", flush=True)
 
     async def before_ack(self, stream: str, entry_id: bytes) -> None:
         self.crash.hit("before_ack")

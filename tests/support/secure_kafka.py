@@ -1,4 +1,5 @@
-"""A second, private Kafka broker with SSL and SASL_SSL (SCRAM) listeners, for security tests.
+"""A second Kafka broker with SSL and SASL_SSL (SCRAM) listeners and ACLs, for the security
+tests: one per test session (tests/acceptance/conftest.py), shared by their modules.
 
 The test makes its own CA with openssl, signs the broker's certificate (SAN IP:127.0.0.1
 only, so connecting by "localhost" fails hostname verification) and a client
@@ -6,32 +7,29 @@ certificate, adds a SCRAM user when formatting the storage, and runs the broker 
 jars scripts/services.py cached. Listeners, all on 127.0.0.1:
   PLAINTEXT (inter-broker and test administration), SSL (client certificate required),
   SASL_SSL (SCRAM-SHA-256), and the controller.
+With the authorizer on, the PLAINTEXT principal (ANONYMOUS) and the client certificate's
+(CN=client) are super users; the SCRAM user may do only what add_acls grants it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from scripts import services
+from scripts.ports import reserved_ports
 
 SCRAM_USER = "relay-user"
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+SCRAM_PASSWORD = "canary-scram-pw-5521"  # a canary: no log or output may ever show it
+# The modules that use the session's secure broker: under xdist they share one worker.
+SECURE_KAFKA = pytest.mark.xdist_group("secure_kafka")
+CLIENT_CERT_PRINCIPAL = "User:CN=client"
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -123,14 +121,14 @@ def secure_broker(
     folder: Path, scram_password: str, *, authorizer: bool = False
 ) -> Iterator[SecureBroker]:
     """authorizer: ACLs enforced (StandardAuthorizer); the PLAINTEXT listeners' principal
-    (ANONYMOUS: test administration, the controller) is a super user, and the SCRAM user
-    may do only what add_acls grants it."""
+    (ANONYMOUS: test administration, the controller) and the client certificate's are super
+    users, and the SCRAM user may do only what add_acls grants it."""
     libs = services.P.kafka_libs
     if not any(libs.glob("kafka_2.13-*.jar")):
         raise RuntimeError(f"Kafka jars are not cached in {libs}: run scripts/services up first")
     pki = folder / "pki"
     make_pki(pki)
-    plain, tls, sasl, controller = _free_ports(4)
+    plain, tls, sasl, controller = reserved_ports(4)
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -166,7 +164,7 @@ def secure_broker(
     }
     if authorizer:
         props["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-        props["super.users"] = "User:ANONYMOUS"
+        props["super.users"] = f"User:ANONYMOUS;{CLIENT_CERT_PRINCIPAL}"
     config = folder / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     log4j = folder / "log4j2.properties"

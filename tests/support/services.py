@@ -66,8 +66,12 @@ def kafka_bootstrap_servers() -> Iterator[str]:
 
     container: Any = KafkaContainer(KAFKA_IMAGE).with_kraft()
     _loopback_only(container)
-    with container:
+    # Its JVM starts slowly while other tests keep the machine's cores busy.
+    container.start(timeout=180)
+    try:
         yield str(container.get_bootstrap_server())
+    finally:
+        container.stop()
 
 
 def managed_services() -> bool:

@@ -30,6 +30,7 @@ from consumer_lib.database import is_transient
 from consumer_lib.work import Job, Work
 from outbox_core.errors import DatabaseError, MigrationError, OutboxError
 from outbox_core.executors import Statement
+from scripts.ports import taken_port
 
 
 def test_consumer_errors_are_outbox_errors() -> None:
@@ -187,21 +188,16 @@ def test_work_runs_each_event_recorded_now_once_and_groups_a_bulk_handlers_run()
 async def test_consumer_in_background_raises_what_stopped_the_consumer(tmp_path: Any) -> None:
     """A consumer that failed on its own (here: its ops port is taken) raises at the end
     of the block, instead of the lifespan ending as if all had gone well."""
-    import socket
-
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from consumer_lib import consumer_in_background
 
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    try:
+    with taken_port() as port:
         settings = ConsumerSettings(
             bootstrap_servers="127.0.0.1:1",
             group_id="g",
             security=KafkaSecurity.plaintext(),
-            http_port=taken.getsockname()[1],
+            http_port=port,
         )
         engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/c.sqlite3")
         app = ConsumerApp(settings, SqlAlchemyAsync(engine))
@@ -214,5 +210,3 @@ async def test_consumer_in_background_raises_what_stopped_the_consumer(tmp_path:
             async with consumer_in_background(app, stop_timeout_s=30):
                 pass
         await engine.dispose()
-    finally:
-        taken.close()

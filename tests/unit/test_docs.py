@@ -104,11 +104,17 @@ def _setting_env_names() -> set[str]:
 
 
 def _script_env_names() -> set[str]:
-    """OUTBOX_* variables the scripts and benches read (services, caches, ports)."""
+    """OUTBOX_* variables the scripts, benches and test harness read (services, caches,
+    ports, workers): quoted in Python, $NAME or `export NAME=` in the shell scripts."""
     names: set[str] = set()
-    for folder in ("scripts", "bench"):
-        for source in (ROOT / folder).rglob("*.py"):
-            names |= set(re.findall(r"[\"'](OUTBOX_[A-Z0-9_]*[A-Z0-9])[\"']", source.read_text()))
+    quoted = re.compile(r"[\"'](OUTBOX_[A-Z0-9_]*[A-Z0-9])[\"']")
+    shell = re.compile(r"(?:\$\{?|export )(OUTBOX_[A-Z0-9_]*[A-Z0-9])")
+    for folder in ("scripts", "bench", "tests/support"):
+        for source in (ROOT / folder).rglob("*"):
+            if source.suffix == ".py":
+                names |= set(quoted.findall(source.read_text()))
+            elif source.is_file() and source.suffix == "" and source.parent.name == "scripts":
+                names |= set(shell.findall(source.read_text()))
     return names
 
 

@@ -37,6 +37,8 @@ def _relay_env() -> dict[str, str]:
         OUTBOX_DATABASE_URL=os.environ["DATABASE_URL"],
         OUTBOX_KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
         OUTBOX_KAFKA_SECURITY_PROTOCOL="PLAINTEXT",
+        # Its ops endpoint on any free port: the example's tests may run beside others.
+        OUTBOX_HTTP_PORT="0",
     )
     return env
 

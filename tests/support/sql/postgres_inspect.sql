@@ -237,3 +237,31 @@ SELECT id, event_id, topic, key, shard, event_type, payload, headers, attempts, 
        published_at, last_error
 FROM outbox_published
 ORDER BY 1;
+
+-- Moving every clock column back by :s seconds is the clock moving on by as much: leases,
+-- heartbeats, delays and retention expire without a test waiting for them.
+
+-- name: rewind_outbox_events
+UPDATE outbox_events SET created_at = created_at - make_interval(secs => %(s)s),
+       available_at = available_at - make_interval(secs => %(s)s),
+       published_at = published_at - make_interval(secs => %(s)s);
+
+-- name: rewind_outbox_published
+UPDATE outbox_published SET created_at = created_at - make_interval(secs => %(s)s),
+       published_at = published_at - make_interval(secs => %(s)s);
+
+-- name: rewind_outbox_idempotency
+UPDATE outbox_idempotency SET created_at = created_at - make_interval(secs => %(s)s);
+
+-- name: rewind_outbox_relay_leases
+UPDATE outbox_relay_leases SET lease_until = lease_until - make_interval(secs => %(s)s);
+
+-- name: rewind_outbox_relay_replicas
+UPDATE outbox_relay_replicas SET started_at = started_at - make_interval(secs => %(s)s),
+       seen_until = seen_until - make_interval(secs => %(s)s);
+
+-- name: rewind_processed_events
+UPDATE processed_events SET processed_at = processed_at - make_interval(secs => %(s)s);
+
+-- name: outbox_available_epoch
+SELECT id, extract(epoch FROM available_at)::float8 FROM outbox_events ORDER BY id;

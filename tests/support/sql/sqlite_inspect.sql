@@ -87,3 +87,34 @@ SELECT id, event_id, topic, key FROM outbox_events ORDER BY id;
 SELECT id, event_id, topic, key, shard, event_type, payload, headers, attempts, status,
        published_at, last_error
 FROM outbox_events ORDER BY id;
+
+-- Moving every clock column back by :s seconds is the clock moving on by as much: leases,
+-- heartbeats, delays and retention expire without a test waiting for them. An empty
+-- lease_until (never held) stays empty; published rows stay in outbox_events here.
+
+-- name: rewind_outbox_events
+UPDATE outbox_events
+SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', created_at, '-' || :s || ' seconds'),
+    available_at = strftime('%Y-%m-%dT%H:%M:%fZ', available_at, '-' || :s || ' seconds'),
+    published_at = strftime('%Y-%m-%dT%H:%M:%fZ', published_at, '-' || :s || ' seconds');
+
+-- name: rewind_outbox_idempotency
+UPDATE outbox_idempotency
+SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', created_at, '-' || :s || ' seconds');
+
+-- name: rewind_outbox_relay_leases
+UPDATE outbox_relay_leases
+SET lease_until = strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, '-' || :s || ' seconds')
+WHERE lease_until <> '';
+
+-- name: rewind_outbox_relay_replicas
+UPDATE outbox_relay_replicas
+SET started_at = strftime('%Y-%m-%dT%H:%M:%fZ', started_at, '-' || :s || ' seconds'),
+    seen_until = strftime('%Y-%m-%dT%H:%M:%fZ', seen_until, '-' || :s || ' seconds');
+
+-- name: rewind_processed_events
+UPDATE processed_events
+SET processed_at = strftime('%Y-%m-%dT%H:%M:%fZ', processed_at, '-' || :s || ' seconds');
+
+-- name: outbox_available_epoch
+SELECT id, (julianday(available_at) - 2440587.5) * 86400.0 FROM outbox_events ORDER BY id;
