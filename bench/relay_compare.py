@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/relay_compare.py            # the full comparison, writes docs/
     .venv/bin/python bench/relay_compare.py --ci       # small: ours against naive, exits 1
-                                                       # when ours is not faster
+                                                       # when a drain lost or reordered events
 
 Full mode starts its own Postgres (wal_level=logical, for Debezium) and Kafka with
 scripts/services.py in OUTBOX_CACHE_DIR=/var/cache/outbox-relay-bench (ports 55433 and

@@ -222,9 +222,23 @@ async def run(args: argparse.Namespace) -> int:
         say(
             f"ours/naive: {o / n if n else float('inf'):.2f} (ours {o:,.0f} events/s, naive {n:,.0f} events/s)"
         )
-        if args.ci and not o > n:
-            say("FAIL: ours is not faster than the naive baseline")
-            return 1
+    # CI checks that the harness measures exact, ordered drains (every event on the topic
+    # or still in the outbox of a contender stopped at its cap); which contender is faster
+    # is the bench's finding, not something a shared CI machine can promise.
+    broken = sorted(
+        {
+            name
+            for name, runs in drains.items()
+            for d in runs
+            if d.audit is None
+            or d.audit.lost
+            or d.audit.order_violations
+            or d.audit.distinct + d.audit.unpublished != backlog.events
+        }
+    )
+    if args.ci and broken:
+        say(f"FAIL: events lost or out of order in the drains of {broken}")
+        return 1
     if services.own:
         say(
             f"the bench services keep running; stop them with: OUTBOX_CACHE_DIR={services.cache} OUTBOX_PG_PORT={args.pg_port} OUTBOX_KAFKA_PORT={args.kafka_port} .venv/bin/python scripts/services.py down"

@@ -2,10 +2,10 @@
 
 `bench/relay_compare.py --ci` copies a 10,000-event backlog written by producer_lib into
 two private databases on the test Postgres, drains one with `python -m relay.cli run`
-(defaults) and one with the hand-written naive relay into private topics, and exits 1
-when ours is not faster. A check that the harness measures something sensible, not a
-timing assertion: the naive relay sends one event per transaction and is slower by
-more than an order of magnitude on any machine.
+(defaults) and one with the hand-written naive relay into private topics, reads both
+topics whole, and exits 1 when a drain lost, reordered or failed to finish events. Which
+is faster is the bench's finding (docs/benchmarks.md), not something a shared CI machine
+asserts: this checks that both drains were measured, whole.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.mark.timeout(240)
-def test_ours_drains_faster_than_the_naive_relay(postgres_admin: str, kafka_bootstrap: str) -> None:
+def test_the_ci_mode_drains_ours_and_the_naive_relay_whole(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
     env = {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
     # A session of its own: on a timeout the relays the harness launched are killed with
     # it, instead of running on, orphaned, against a database nobody drops.
@@ -49,7 +51,23 @@ def test_ours_drains_faster_than_the_naive_relay(postgres_admin: str, kafka_boot
     found = re.search(r"ours/naive: ([0-9.]+) \(ours ([0-9,]+) events/s, naive ([0-9,]+)", output)
     assert found, output
     ours, naive = (int(found.group(i).replace(",", "")) for i in (2, 3))
-    assert ours > naive > 0, output
+    assert ours > 0, output
+    assert naive > 0, output
+    # Both topics read back whole: ours delivered every event once, in order; the naive
+    # relay, stopped at its time cap, what it delivered in order, the rest still pending.
+    assert (
+        "audit ours: 10,000 records, 10,000 distinct events, 0 lost, 0 duplicates, "
+        "0 order violations, 0 unpublished, 0 unreadable"
+    ) in output, output
+    naive_audit = re.search(
+        r"audit naive: ([0-9,]+) records, ([0-9,]+) distinct events, 0 lost, 0 duplicates, "
+        r"0 order violations, ([0-9,]+) unpublished, 0 unreadable",
+        output,
+    )
+    assert naive_audit, output
+    records, distinct, unpublished = (int(g.replace(",", "")) for g in naive_audit.groups())
+    assert records == distinct > 0, output
+    assert distinct + unpublished == 10_000, output
     assert "| ours (defaults) |" in output
     assert "| naive relay |" in output
 

@@ -6,6 +6,7 @@ draining process exits or its time is up."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -37,9 +38,22 @@ def test_windows_start_on_warm_memory_unless_told_not_to() -> None:
     assert parse_args(["--no-warm"]).warm is False
 
 
-@pytest.mark.parametrize("nbytes", [1, 4095, 4097, 3 * 1024 * 1024 + 5])
-def test_warming_takes_any_positive_size(nbytes: int) -> None:
-    assert warm(nbytes) > 0.0
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+HUGE_PAGE = 2 * 1024 * 1024  # with transparent huge pages, one fault may map this much
+
+
+@pytest.mark.parametrize("nbytes", [1, 4095, 4097, 3 * 1024 * 1024 + 5, 64 * 1024 * 1024])
+def test_warming_takes_any_positive_size_and_touches_all_of_it(nbytes: int) -> None:
+    """Warm memory is memory the kernel has handed out once: each page of the region is
+    first touched (a minor fault each, or one per huge page), not merely mapped."""
+    before = minor_faults()
+    took = warm(nbytes)
+    faults = minor_faults() - before
+    assert took >= 0.0
+    assert faults >= -(-nbytes // HUGE_PAGE), faults
 
 
 @pytest.mark.parametrize("hostile", [0, -1, -(2**40)])

@@ -6,13 +6,16 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import hashlib
 import json
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pydantic
 import pytest
 
-from outbox_core.sharding import lock_key, shard_for
+from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, lock_key, shard_for
 from producer_lib import (
     ConfigurationError,
     Event,
@@ -108,6 +111,11 @@ def test_bad_headers(headers: dict[str, object]) -> None:
         Outbox().prepare(Event("orders", "1", "E", {}, headers=headers))  # type: ignore[arg-type]
 
 
+VECTORS = json.loads(
+    (Path(__file__).resolve().parents[1] / "vectors" / "key_routing.json").read_text("utf-8")
+)
+
+
 def test_sharding_is_stable_and_in_range() -> None:
     # Fixed values: producers in other processes and the relay must compute the same.
     assert shard_for("order-42", 16) == shard_for("order-42", 16)
@@ -115,6 +123,43 @@ def test_sharding_is_stable_and_in_range() -> None:
     assert all(0 <= shard_for(f"k{i}", 7) < 7 for i in range(1000))
     assert shard_for("abc", 16) == 0x352441C2 % 16  # crc32("abc")
     assert -(2**31) <= lock_key("orders", "k") < 2**31
+
+
+@pytest.mark.parametrize(
+    "vector", VECTORS["shard_for"], ids=lambda v: f"{v['key'][:12]!r}-{v['shard_count']}"
+)
+def test_shard_for_gives_the_known_answers_every_producer_must(vector: dict[str, Any]) -> None:
+    assert shard_for(vector["key"], vector["shard_count"]) == vector["shard"]
+
+
+@pytest.mark.parametrize(
+    "vector", VECTORS["lock_key"], ids=lambda v: f"{v['topic'][:10]!r}-{v['key'][:10]!r}"
+)
+def test_lock_key_gives_the_known_answers_every_producer_must(vector: dict[str, Any]) -> None:
+    assert lock_key(vector["topic"], vector["key"]) == vector["lock_key"]
+
+
+def test_the_vectors_follow_their_own_description() -> None:
+    """The vectors are what their description says, computed here without outbox_core: a
+    table-driven CRC-32 (the standard check value first) and BLAKE2b from hashlib."""
+
+    def crc32(data: bytes) -> int:
+        crc = 0xFFFFFFFF
+        for byte in data:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ (0xEDB88320 if crc & 1 else 0)
+        return crc ^ 0xFFFFFFFF
+
+    assert crc32(b"123456789") == 0xCBF43926
+    for v in VECTORS["shard_for"]:
+        assert crc32(v["key"].encode("utf-8")) % v["shard_count"] == v["shard"], v
+    for v in VECTORS["lock_key"]:
+        data = v["topic"].encode("utf-8") + b"\x00" + v["key"].encode("utf-8")
+        digest = hashlib.blake2b(data, digest_size=4).digest()
+        assert int.from_bytes(digest, "big", signed=True) == v["lock_key"], v
+    assert "pg_advisory_xact_lock(2828" in VECTORS["description"]
+    assert DEFAULT_LOCK_NAMESPACE == 2828
 
 
 @pytest.mark.parametrize(

@@ -151,13 +151,34 @@ def _settings(**over: Any) -> RelaySettings:
     return load_settings(**GOOD, **over)
 
 
-def test_backoff_doubles_with_jitter_and_stays_under_the_cap() -> None:
+# Known answers for base 0.5 s and cap 300 s: the ceiling after n failures (the wait is
+# drawn from its upper half).
+BACKOFF_CEILINGS = {
+    0: 0.5,
+    1: 1.0,
+    2: 2.0,
+    3: 4.0,
+    4: 8.0,
+    5: 16.0,
+    6: 32.0,
+    7: 64.0,
+    8: 128.0,
+    9: 256.0,
+    10: 300.0,
+    11: 300.0,
+    39: 300.0,
+}
+
+
+@pytest.mark.parametrize(("attempts", "ceiling"), sorted(BACKOFF_CEILINGS.items()))
+def test_backoff_doubles_with_jitter_and_stays_under_the_cap(attempts: int, ceiling: float) -> None:
     settings = _settings(backoff_base_s=0.5, backoff_max_s=300.0)
-    for attempts in range(40):
-        ceiling = min(300.0, 0.5 * 2**attempts)
-        samples = [backoff_s(attempts, settings.batch) for _ in range(200)]
-        assert all(ceiling / 2 <= s <= ceiling for s in samples), attempts
-        assert max(samples) - min(samples) > 0  # jittered, not a fixed value
+    samples = [backoff_s(attempts, settings.batch) for _ in range(200)]
+    assert all(ceiling / 2 <= s <= ceiling for s in samples), (attempts, min(samples), max(samples))
+    assert max(samples) - min(samples) > 0  # jittered, not a fixed value
+    # Drawn across the whole upper half, not pinned near one end of it.
+    assert min(samples) < ceiling * 0.6
+    assert max(samples) > ceiling * 0.9
 
 
 @pytest.mark.parametrize("attempts", [1023, 1024, 5000, 10**9])
