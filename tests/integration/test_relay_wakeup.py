@@ -5,6 +5,8 @@ the relay at its fast pace."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from relay.pipeline.loop import Lane
@@ -35,6 +37,10 @@ async def idle_pace(lane: Lane) -> None:
     await until(lambda: lane.pace_s == IDLE_INTERVAL_S, 30, "the idle pace", interval=0.02)
 
 
+def published(relay: RelayService, count: int) -> Callable[[], bool]:
+    return lambda: relay.stats.published >= count
+
+
 async def test_an_idle_relay_slows_down_yet_finds_a_committed_event_at_once(
     backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
@@ -48,6 +54,8 @@ async def test_an_idle_relay_slows_down_yet_finds_a_committed_event_at_once(
             (key,) = keys_on_shard(n, 1, prefix=f"w{n}")
             seen = len(cycles)
             emit(backend, event(key, topic=topic))
+            # The cycle that published it reports after its settle has committed.
+            await until(published(relay, n + 1), 30, f"event {n} published")
             await wait_drained(backend, timeout=30)
             # Found by the next idle-paced cycle (the one in flight may have claimed
             # before the commit), not by a slow poll of one shard.
