@@ -1,38 +1,26 @@
 """Fixtures for the deployment tests: helm, podman and the images, installed and built by
 scripts/containers.py when missing (cached in the project's cache folder).
 
-Under xdist every worker has these session fixtures: one lock across processes makes the
-first worker install and build while the others wait, then find everything cached.
+Under xdist every worker has these session fixtures: one lock across processes
+(tests/support/locks.py) makes the first worker install and build while the others wait,
+then find everything cached.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from scripts import containers
-
-
-@contextlib.contextmanager
-def one_builder() -> Iterator[None]:
-    containers.STATE.mkdir(parents=True, exist_ok=True)
-    with open(containers.STATE / "build.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(held, fcntl.LOCK_UN)
+from tests.support.locks import one_at_a_time
 
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
     """helm, built once with `go install` from the Go module proxy."""
     try:
-        with one_builder():
+        with one_at_a_time("build"):
             return containers.helm()
     except containers.ContainersError as exc:
         pytest.fail(str(exc))
@@ -42,7 +30,7 @@ def helm() -> Path:
 def podman_ready() -> None:
     """podman and friends installed, the project's podman configuration written."""
     try:
-        with one_builder():
+        with one_at_a_time("build"):
             containers.setup()
     except containers.ContainersError as exc:
         pytest.fail(str(exc))
@@ -51,14 +39,14 @@ def podman_ready() -> None:
 @pytest.fixture(scope="session")
 def relay_image(podman_ready: None) -> str:
     """The project's Dockerfile built on the local python:3.11-slim stand-in."""
-    with one_builder():
+    with one_at_a_time("build"):
         return containers.relay_image()
 
 
 @pytest.fixture(scope="session")
 def standin_images(podman_ready: None) -> dict[str, str]:
     """Local stand-ins for the official postgres and apache/kafka images, and the python base."""
-    with one_builder():
+    with one_at_a_time("build"):
         return {
             "python": containers.python_image(),
             "postgres": containers.postgres_image(),

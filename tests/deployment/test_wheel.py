@@ -23,6 +23,7 @@ import pytest
 
 from tests.conftest import TopicFactory
 from tests.support.kafka import Record, read_topic
+from tests.support.locks import one_at_a_time
 from tests.support.readme import blocks
 
 pytestmark = pytest.mark.integration
@@ -114,12 +115,13 @@ class Env:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
-        check=True,
-        timeout=300,
-        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-    )
+    with one_at_a_time("wheel"):  # another worker's build would share ROOT/build
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+            check=True,
+            timeout=300,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
     [built] = out.glob("outbox_relay-*.whl")
     return built
 
