@@ -80,7 +80,13 @@ async def test_every_metric_the_rules_and_dashboard_name_is_exported(
 
         port: int = await until(relay_bound, 30, "the relay's ops endpoint")
         await wait_drained(pg)
-        relay_scrape = await scrape(port)
+
+        async def counted() -> Metrics | None:
+            # The settle commits before the cycle's outcome reaches the metrics.
+            m = await scrape(port)
+            return m if m.value("outbox_relay_events_published_total", topic=topic) else None
+
+        relay_scrape: Metrics = await until(counted, 30, "the published events counted")
     assert relay_scrape.value("outbox_relay_events_published_total", topic=topic) == 6
 
     applied: list[str] = []

@@ -36,6 +36,7 @@ from tests.support.relay import (
     running_relay,
     wait_drained,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -230,13 +231,6 @@ def _locking(backend: Backend) -> Iterator[None]:
         conn.close()
 
 
-async def until(check: Any, timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_lock_held_elsewhere_times_out_the_claim_and_the_relay_carries_on(
     either: Backend, direct: Backend, kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
@@ -252,11 +246,11 @@ async def test_a_lock_held_elsewhere_times_out_the_claim_and_the_relay_carries_o
     lock = iter(_locking(direct))
     try:
         async with running_relay(settings) as relay:
-            await until(lambda: relay.stats.last_heartbeat_ok > 0)  # started
+            await until(lambda: relay.stats.last_heartbeat_ok > 0, 60, "the first lease round")
             # In a thread: LOCK TABLE waits for any transaction of the relay's in flight,
             # which only this loop can finish.
             await asyncio.to_thread(next, lock)
-            await until(lambda: relay.stats.store_errors >= 2)
+            await until(lambda: relay.stats.store_errors >= 2, 60, "two store errors")
             next(lock, None)  # the lock's transaction ends
             # In a thread: the relay shares this loop, and a transaction it has begun
             # holds one of the pooler's server connections until the loop runs it on.

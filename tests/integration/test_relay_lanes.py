@@ -5,7 +5,6 @@ beside it, not behind it, with every event delivered once and in order per key."
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, cast
 
 import pytest
@@ -22,6 +21,7 @@ from tests.support.relay import (
     wait_drained,
 )
 from tests.support.stores import emit, event, make_store
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +50,6 @@ class GatedBulk:
         return rows
 
 
-async def until(check: Any, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        await asyncio.sleep(0.05)
-
-
 def unpublished(backend: Backend) -> dict[str, int]:
     return {str(t): int(n) for t, n in backend.fetch("outbox_unpublished_by_tenant")}
 
@@ -81,12 +73,17 @@ async def test_a_tenant_s_events_go_out_beside_a_stalled_bulk_lane(
     async with running_relay(settings, store=cast(Store, gated)) as relay:
         assert [lane.name for lane in relay.pipeline.lanes] == ["lane-quick", "lane-bulk"]
         # A's backlog moved to the bulk lane, whose second claim now waits at the gate.
-        await until(lambda: gated.bulk_claims >= 2, "the bulk lane never claimed twice")
+        await until(lambda: gated.bulk_claims >= 2, 60, "the bulk lane to claim twice")
         for i in range(10):
             b, n = event(f"b-{i % 3}", topic=topic, tenant="B"), event(f"n-{i % 2}", topic=topic)
             emit(backend, b, n)
         # B's and the untenanted events are published while A's batch is stalled.
-        await until(lambda: set(unpublished(backend)) == {"A"}, "B waited behind A")
+        await until(
+            lambda: set(unpublished(backend)) == {"A"},
+            60,
+            "B to drain while A waits",
+            blocking=True,
+        )
         assert unpublished(backend)["A"] > 0
         gated.gate.set()
         await wait_drained(backend)

@@ -5,8 +5,6 @@ and per-key order holds (a parked row blocks its key, until an operator discards
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +19,7 @@ from tests.conftest import TopicFactory
 from tests.support.db import Backend
 from tests.support.relay import judge_topic, relay_settings, running_relay, wait_drained
 from tests.support.stores import SHARD_COUNT, emit, event, opened_store
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -88,14 +87,6 @@ def write_outbox(backend: Backend, topic: str) -> tuple[dict[int, Hostile], set[
     return hostile, waiting
 
 
-async def until(check: Any, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise TimeoutError("the outbox never reached the expected state")
-        await asyncio.sleep(0.2)
-
-
 async def test_malformed_rows_are_parked_and_every_other_row_publishes_in_key_order(
     backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
@@ -113,7 +104,7 @@ async def test_malformed_rows_are_parked_and_every_other_row_publishes_in_key_or
         return parked == set(hostile) and pending == waiting
 
     async with running_relay(relay_settings(backend, kafka_bootstrap, batch_size=200)):
-        await until(settled)
+        await until(settled, 90, "the outbox to reach the expected state", blocking=True)
         now = rows(backend)
         for row_id, kind in hostile.items():
             _, _, status, published, last_error, attempts = now[row_id]

@@ -21,6 +21,7 @@ from tests.support.db import Backend, postgres_backend
 from tests.support.relay import relay_settings, running_relay, wait_drained
 from tests.support.stores import emit, event
 from tests.support.transactions import sync_tx
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +51,6 @@ def counted_store(settings: Any, calls: Counter[str]) -> Store:
     return store
 
 
-async def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: str) -> None:
     backend: Backend = postgres_backend(pg_url)
     backend.migrate()
@@ -75,10 +68,12 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
     active = RelayService(first, publisher=published)
     task = asyncio.create_task(active.run())
     try:
-        await until(lambda: len(active.pipeline.held) == SHARD_COUNT, "relay-a to hold every shard")
+        await until(
+            lambda: len(active.pipeline.held) == SHARD_COUNT, 30, "relay-a to hold every shard"
+        )
         store = counted_store(second, calls)
         async with running_relay(second, store=store, publisher=MemoryPublisher()) as standby:
-            await until(lambda: standby.stats.heartbeats >= 4, "the standby's heartbeats")
+            await until(lambda: standby.stats.heartbeats >= 4, 30, "the standby's heartbeats")
             # The fleet-wide rounds (gauges, purge, the horizon's look) ran at most once,
             # before the standby's first lease round told it it stands by.
             fleet_rounds = (calls["backlog"], calls["purge"], calls["horizon"])
@@ -86,8 +81,8 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
             assert max(fleet_rounds) <= 1, calls
             emit(backend, *(event(f"k{i}") for i in range(50)))
             await wait_drained(backend, 30)
-            await until(lambda: active.stats.published == 50, "the active's 50 published")
-            await until(lambda: standby.stats.heartbeats >= 8, "more heartbeats")
+            await until(lambda: active.stats.published == 50, 30, "the active's 50 published")
+            await until(lambda: standby.stats.heartbeats >= 8, 30, "more heartbeats")
             assert standby.pipeline.held == {}
             assert standby.observer.metrics.active._value.get() == 0.0
             # The statements a standby ran: heartbeats only (no lease to renew, none taken).
@@ -103,13 +98,13 @@ async def test_a_standby_issues_no_probe_claim_or_settle_and_takes_over(pg_url: 
 
             active.stop()  # graceful: its leases are released, the standby steps in
             await asyncio.wait_for(task, 60)
-            await until(lambda: len(standby.pipeline.held) == SHARD_COUNT, "the takeover")
+            await until(lambda: len(standby.pipeline.held) == SHARD_COUNT, 30, "the takeover")
             emit(backend, *(event(f"later{i}") for i in range(20)))
             await wait_drained(backend, 30)
             # The settle's commit comes before the lane records its outcome.
-            await until(lambda: standby.stats.published == 20, "the standby's 20 published")
-            await until(lambda: calls["backlog"] > fleet_rounds[0], "the active's gauges")
-            await until(lambda: calls["horizon"] > fleet_rounds[2], "the active's horizon look")
+            await until(lambda: standby.stats.published == 20, 30, "the standby's 20 published")
+            await until(lambda: calls["backlog"] > fleet_rounds[0], 30, "the active's gauges")
+            await until(lambda: calls["horizon"] > fleet_rounds[2], 30, "the active's horizon look")
             assert calls["claim"] > 0
             assert calls["settle"] > 0
             assert calls["floor_last_id"] > 0  # the floors' rounds, once it is active
@@ -139,5 +134,7 @@ async def test_a_lost_hint_only_delays_an_event_until_the_probe(pg_url: str) -> 
             with sync_tx(backend, "driver") as conn:
                 silent.emit(conn, topic="orders", key=f"k{n}", event_type="E", payload={"n": n})
             await wait_drained(backend, 30)
+        # The settle commits before the cycle's outcome reaches the stats.
+        await until(lambda: relay.stats.published >= 3, 30, "the three settles counted")
         assert relay.stats.published == 3
         assert relay.stats.probes > 0
