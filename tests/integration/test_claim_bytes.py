@@ -14,6 +14,7 @@ import pytest
 
 from relay.pipeline.step import BatchOutcome, Step
 from relay.store import ClaimedRow, Store
+from relay.transport import kafka
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher
 from relay.transport.protocol import Outcome
@@ -27,6 +28,14 @@ from tests.support.stores import claim, emit, event, keys_on_shard, opened_store
 pytestmark = pytest.mark.integration
 
 A, B = 3, 5  # two shards
+
+
+@pytest.fixture(autouse=True)
+def patient_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle gives a new topic's metadata and size limits LOOKUP_WAIT_S (0.1 s) and holds
+    its records for the next cycle when they take longer, as they may on a loaded
+    machine. These tests count what each cycle claimed and sent: here it waits for them."""
+    monkeypatch.setattr(kafka, "LOOKUP_WAIT_S", 30.0)
 
 
 def blob(n: int, size: int) -> bytes:
