@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from relay.store import Store
+from relay.transport import kafka as kafka_transport
 from tests.conftest import TopicFactory
 from tests.support.consumers import consumer_topics, prepare, with_effects
 from tests.support.db import Backend, postgres_backend, sqlite_backend
@@ -48,6 +49,14 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
     if dialect == "postgres":
         return adapter, with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
     return adapter, prepare(sqlite_backend(tmp_path / "consumer.sqlite3"))
+
+
+@pytest.fixture
+def patient_kafka_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Kafka publisher gives a new topic's metadata and size limits LOOKUP_WAIT_S
+    (0.1 s) and holds its records for the next call when they take longer, as they may on
+    a loaded machine. Tests that count what one call or cycle sent wait for them instead."""
+    monkeypatch.setattr(kafka_transport, "LOOKUP_WAIT_S", 30.0)
 
 
 @pytest.fixture

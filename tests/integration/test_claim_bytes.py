@@ -14,7 +14,6 @@ import pytest
 
 from relay.pipeline.step import BatchOutcome, Step
 from relay.store import ClaimedRow, Store
-from relay.transport import kafka
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher
 from relay.transport.protocol import Outcome
@@ -25,17 +24,10 @@ from tests.support.kafka import read_topic
 from tests.support.relay import relay_settings
 from tests.support.stores import claim, emit, event, keys_on_shard, opened_store, row_states
 
-pytestmark = pytest.mark.integration
+# These tests count what each cycle claimed and sent.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("patient_kafka_lookups")]
 
 A, B = 3, 5  # two shards
-
-
-@pytest.fixture(autouse=True)
-def patient_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cycle gives a new topic's metadata and size limits LOOKUP_WAIT_S (0.1 s) and holds
-    its records for the next cycle when they take longer, as they may on a loaded
-    machine. These tests count what each cycle claimed and sent: here it waits for them."""
-    monkeypatch.setattr(kafka, "LOOKUP_WAIT_S", 30.0)
 
 
 def blob(n: int, size: int) -> bytes:

@@ -24,7 +24,8 @@ from tests.conftest import TopicFactory
 from tests.support import kafka as kafka_support
 from tests.support.redis import unique_stream_name
 
-pytestmark = pytest.mark.integration
+# Each call's outcomes are checked: a new topic's lookup must not hold its records back.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("patient_kafka_lookups")]
 
 Stored = tuple[bytes, bytes, dict[str, bytes]]  # key, value, headers
 
