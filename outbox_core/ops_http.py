@@ -67,6 +67,11 @@ class OpsServer:
         self._open = 0
 
     @property
+    def listening(self) -> bool:
+        """True once start() has bound the port."""
+        return self._server is not None
+
+    @property
     def port(self) -> int:
         """The bound port (useful with port 0 in tests)."""
         assert self._server is not None

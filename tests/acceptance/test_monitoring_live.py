@@ -42,7 +42,7 @@ from tests.support.monitoring import (
     rule_exprs,
     substitute_dashboard_vars,
 )
-from tests.support.ops import Metrics, scrape
+from tests.support.ops import Metrics, ops_port, scrape
 from tests.support.postgres import Databases
 from tests.support.relay import RelayProcess, relay_env, relay_settings, running_relay, wait_drained
 from tests.support.stores import emit, event
@@ -74,11 +74,7 @@ async def test_every_metric_the_rules_and_dashboard_name_is_exported(
     emit(pg, *(event(f"k-{i % 3}", topic=topic, payload={"i": i}) for i in range(6)))
     settings = relay_settings(pg, kafka_bootstrap, http_port=0, gauges_interval_s=0.1)
     async with running_relay(settings) as relay:
-
-        async def relay_bound() -> int | None:
-            return relay.ops.port if relay.ops is not None else None
-
-        port: int = await until(relay_bound, 30, "the relay's ops endpoint")
+        port = await ops_port(relay)
         await wait_drained(pg)
 
         async def counted() -> Metrics | None:
@@ -104,12 +100,7 @@ async def test_every_metric_the_rules_and_dashboard_name_is_exported(
     app = ConsumerApp(consumer_settings, PsycopgAsync(pg.target))
     app.handler(topic)(handler)
     async with running_consumer(app) as running:
-
-        async def bound() -> int | None:
-            ops = running.consumer.ops
-            return ops.port if ops is not None else None
-
-        consumer_port: int = await until(bound, 30, "the consumer's ops endpoint")
+        consumer_port = await ops_port(running.consumer)
 
         async def caught_up() -> Metrics | None:
             m = await scrape(consumer_port)

@@ -33,7 +33,7 @@ from tests.support.consumers import (
     with_duplicates,
 )
 from tests.support.db import Backend
-from tests.support.ops import Metrics, http_get, scrape
+from tests.support.ops import Metrics, http_get, ops_port, scrape
 from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
@@ -43,14 +43,6 @@ pytestmark = pytest.mark.integration
 async def topics(kafka_bootstrap: str) -> AsyncIterator[TopicFactory]:
     async with consumer_topics(kafka_bootstrap) as make:
         yield make
-
-
-async def _ops_port(consumer: Consumer) -> int:
-    async def bound() -> int | None:
-        return consumer.ops.port if consumer.ops is not None else None
-
-    port: int = await until(bound, 30, "the consumer's ops endpoint")
-    return port
 
 
 @pytest.mark.parametrize("batch", [True, False], ids=["batches", "per-record"])
@@ -85,7 +77,7 @@ async def test_consumer_metrics_count_outcomes_and_lag_counts_what_is_not_applie
     app = ConsumerApp(settings, PsycopgAsync(pg.target))
     app.handler(topic)(handler)
     async with running_consumer(app) as running:
-        port = await _ops_port(running.consumer)
+        port = await ops_port(running.consumer)
 
         async def held_up() -> Metrics | None:
             m = await scrape(port)
@@ -151,7 +143,7 @@ async def test_consumer_readyz_names_kafka_until_it_is_reachable(
     consumer = Consumer(app)
     task = asyncio.create_task(consumer.run())
     try:
-        port = await _ops_port(consumer)
+        port = await ops_port(consumer)
         readyz = await http_get(port, "/readyz")
         healthz = await http_get(port, "/healthz")
         missing = await http_get(port, "/nope")

@@ -39,7 +39,7 @@ from tests.support.consumers import (
 )
 from tests.support.db import Backend, postgres_backend, sqlite_backend
 from tests.support.kafka import create_topics, delete_topics
-from tests.support.ops import http_get
+from tests.support.ops import http_get, ops_port
 from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
@@ -56,14 +56,9 @@ def shared(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, Backend]
     return adapter, prepare(sqlite_backend(tmp_path / "shared.sqlite3"))
 
 
-async def ops_port(running: RunningConsumer) -> int:
+async def consumer_ops_port(running: RunningConsumer) -> int:
     """The consumer's ops endpoint port, once it listens."""
-
-    async def listening() -> int | None:
-        ops = running.consumer.ops
-        return ops.port if ops is not None and ops._server is not None else None
-
-    return int(await until(listening, 30, "the ops endpoint", alive=running.check_alive))
+    return await ops_port(running.consumer, alive=running.check_alive)
 
 
 # --------------------------------------------------------------------------- purge
@@ -246,7 +241,7 @@ async def test_healthz_fails_while_a_partition_is_stuck_on_a_dead_letter_topic_t
     app = ConsumerApp(settings, make_database("psycopg_async", pg))
     app.handler(topic)(effect_handler("psycopg_async", "postgres", group))
     async with running_consumer(app) as running:
-        port = await ops_port(running)
+        port = await consumer_ops_port(running)
 
         async def stuck() -> Any:
             response = await http_get(port, "/healthz")

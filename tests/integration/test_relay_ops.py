@@ -27,6 +27,7 @@ from tests.support.ops import (
     cli_async,
     cli_on_terminal,
     http_get,
+    ops_port,
     output,
     park,
     rows,
@@ -39,14 +40,6 @@ from tests.support.waits import until
 pytestmark = pytest.mark.integration
 
 BIG = {"blob": "x" * 2000}  # larger than kafka_max_request_size=1024: parked at once
-
-
-async def _ops_port(relay: Any) -> int:
-    async def bound() -> int | None:
-        return relay.ops.port if relay.ops is not None else None
-
-    port: int = await until(bound, 30, "the ops endpoint")
-    return port
 
 
 def _total(m: Metrics, name: str) -> float:
@@ -78,7 +71,7 @@ async def test_metrics_probes_and_gauges_of_a_working_relay(
         backend, kafka_bootstrap, http_port=0, gauges_interval_s=0.1, kafka_max_request_size=1024
     )
     async with running_relay(settings) as relay:
-        port = await _ops_port(relay)
+        port = await ops_port(relay)
 
         async def settled() -> Metrics | None:
             m = await scrape(port)
@@ -132,7 +125,7 @@ async def test_readyz_names_kafka_while_it_is_unreachable_and_scrapes_never_quer
         backend, "127.0.0.1:1", http_port=0, gauges_interval_s=3600.0, shutdown_grace_s=1.0
     )
     async with running_relay(settings) as relay:
-        port = await _ops_port(relay)
+        port = await ops_port(relay)
 
         async def first_refresh() -> Metrics | None:
             m = await scrape(port)

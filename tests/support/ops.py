@@ -31,6 +31,7 @@ from psycopg import sql
 from outbox_core.queries import Dialect, parse_blocks
 from scripts.ports import reserved_port
 from tests.support.db import Backend
+from tests.support.waits import until
 
 ROOT = Path(__file__).resolve().parents[2]
 _SQL = Path(__file__).parent / "sql"
@@ -139,6 +140,18 @@ class Metrics:
             for (n, labels), v in self.samples.items()
             if n == name and label in dict(labels)
         }
+
+
+async def ops_port(owner: Any, timeout: float = 30.0, **kw: Any) -> int:
+    """The port of a relay's or consumer's ops endpoint (`owner.ops`), once it listens: the
+    endpoint exists a moment before start() has bound it. kw: until()'s (alive=...)."""
+
+    def bound() -> int | None:
+        ops = owner.ops
+        return ops.port if ops is not None and ops.listening else None
+
+    port: int = await until(bound, timeout, "the ops endpoint", **kw)
+    return port
 
 
 async def scrape(port: int) -> Metrics:
