@@ -8,12 +8,13 @@ cached next to it in a folder named after KAFKA_VERSION.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,11 +94,23 @@ def apt_get_install(packages: Sequence[str], *, recommends: bool = True) -> None
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     wait = ["-o", "DPkg::Lock::Timeout=600"]
     extra = [] if recommends else ["--no-install-recommends"]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "apt.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with machine_lock("apt"):
         run(["apt-get", *wait, "update", "-q"], env=env)
         run(["apt-get", *wait, "install", "-y", "-q", *extra, *packages], env=env)
+
+
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Holds the lock `name` (a file in the cache) for the block: work that processes side
+    by side (test workers, checkouts) must not do at once, such as installing packages,
+    building images or a wheel from a source tree."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

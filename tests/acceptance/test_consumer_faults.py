@@ -50,7 +50,7 @@ from tests.support.consumers import (
     with_duplicates,
     with_effects,
 )
-from tests.support.db import Backend, postgres_backend
+from tests.support.db import Backend
 from tests.support.kafka import read_topic
 from tests.support.services import managed_services, services
 from tests.support.waits import until
@@ -67,8 +67,8 @@ NOT_MANAGED = (
 
 
 @pytest.fixture
-def pg(migrated_pg_url: str) -> Backend:
-    return with_effects(postgres_backend(migrated_pg_url))
+def pg(pg: Backend) -> Backend:
+    return with_effects(pg)
 
 
 @pytest.fixture

@@ -70,11 +70,10 @@ NOT_MANAGED = (
 
 
 @pytest.fixture
-def pg(migrated_pg_url: str) -> Backend:
+def pg(pg: Backend) -> Backend:
     """A private, migrated Postgres database with the settle audit installed."""
-    backend = postgres_backend(migrated_pg_url)
-    install_settle_audit(backend)
-    return backend
+    install_settle_audit(pg)
+    return pg
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from scripts.service_common import machine_lock
 from tests.conftest import TopicFactory
 from tests.support.kafka import Record, read_topic
-from tests.support.locks import one_at_a_time
 from tests.support.readme import blocks
 
 pytestmark = pytest.mark.integration
@@ -115,7 +115,7 @@ class Env:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    with one_at_a_time("wheel"):  # another worker's build would share ROOT/build
+    with machine_lock("wheel"):  # another worker's build would share ROOT/build
         subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
             check=True,

@@ -37,9 +37,9 @@ CASE_IDS = [f"{a}-{d}" for a, d in CASES]
 
 
 @pytest.fixture
-def pg(migrated_pg_url: str) -> Backend:
+def pg(pg: Backend) -> Backend:
     """A private Postgres database: producer_lib's schema plus consumer_effects."""
-    return with_effects(postgres_backend(migrated_pg_url))
+    return with_effects(pg)
 
 
 @pytest.fixture(params=CASES, ids=CASE_IDS)

@@ -32,12 +32,17 @@ def record(report: pytest.TestReport) -> None:
 
 
 def read(path: Path) -> dict[str, float]:
-    """Per test, its setup, call and teardown added up."""
+    """Per test, its setup, call and teardown added up; lines not written by record() are
+    skipped."""
     totals: dict[str, float] = defaultdict(float)
     for line in path.read_text(encoding="utf-8").splitlines():
         parts = line.split("\t")
-        if len(parts) == 4:
+        if len(parts) != 4:
+            continue
+        try:
             totals[parts[0]] += float(parts[2])
+        except ValueError:
+            continue
     return dict(totals)
 
 

@@ -50,7 +50,10 @@ def test_timings_add_up_each_tests_phases_and_sum_each_tier(
 
 def test_timings_skip_lines_that_are_not_theirs(tmp_path: Path) -> None:
     path = tmp_path / "timings.tsv"
-    path.write_text("garbage\n\ntests/unit/t.py::a\tcall\t1.5\tpassed\nx\ty\tz\n" + "\t" * 9)
+    path.write_text(
+        "garbage\n\ntests/unit/t.py::a\tcall\t1.5\tpassed\nx\ty\tz\n"
+        "tests/unit/t.py::a\tcall\tslow\tpassed\n" + "\t" * 9
+    )
     assert timings.read(path) == {"tests/unit/t.py::a": 1.5}
 
 
