@@ -23,6 +23,13 @@ async def store(backend: Backend) -> AsyncIterator[Store]:
         yield opened
 
 
+@pytest.fixture
+async def pg_store(pg: Backend) -> AsyncIterator[Store]:
+    """The relay's store on this test's own migrated Postgres database, for Postgres-only tests."""
+    async with opened_store(pg) as opened:
+        yield opened
+
+
 # (adapter, dialect): PsycopgAsync and the asyncpg and psycopg2 drivers are Postgres only.
 CASES = [
     ("psycopg_async", "postgres"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -28,7 +28,6 @@ from tests.support.stores import (
     event,
     ids_of,
     keys_on_shard,
-    opened_store,
     settle,
 )
 
@@ -36,12 +35,6 @@ pytestmark = pytest.mark.integration
 
 SHARD = 3
 OWNER = "relay-1"
-
-
-@pytest.fixture
-async def pg_store(pg: Backend) -> AsyncIterator[Store]:
-    async with opened_store(pg) as store:
-        yield store
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -25,7 +24,6 @@ from tests.support.stores import (
     event,
     ids_of,
     keys_on_shard,
-    opened_store,
     row_states,
     settle,
 )
@@ -37,17 +35,6 @@ OWNER = "history-test"
 # Partitions of one second, made three seconds ahead: a test crosses a few boundaries in
 # seconds. The lock timeout is short: a rotation that cannot have its lock gives up.
 FAST = Rotation(retention_s=3600.0, width_s=1, ahead_s=3, lock_timeout_ms=100)
-
-
-@pytest.fixture
-def pgb(pg: Backend) -> Backend:
-    return pg
-
-
-@pytest.fixture
-async def pg_store(pgb: Backend) -> AsyncIterator[Store]:
-    async with opened_store(pgb) as store:
-        yield store
 
 
 async def publish(store: Store, backend: Backend, count: int, keep: bool = True) -> list[int]:
@@ -85,43 +72,43 @@ def dead_tuples(backend: Backend, name: str) -> int:
 
 
 async def test_keep_moves_acked_rows_into_the_history_with_their_ids(
-    pgb: Backend, pg_store: Store
+    pg: Backend, pg_store: Store
 ) -> None:
-    ids = await publish(pg_store, pgb, 5)
-    events = {int(r[0]) for r in pgb.fetch("outbox_rows")}
+    ids = await publish(pg_store, pg, 5)
+    events = {int(r[0]) for r in pg.fetch("outbox_rows")}
     assert not events & set(ids), "a kept row stayed in outbox_events"
-    history = pgb.fetch("published_rows")
+    history = pg.fetch("published_rows")
     assert [r[0] for r in history] == ids
-    assert all(s.published for s in row_states(pgb).values())
+    assert all(s.published for s in row_states(pg).values())
     # retention=delete still deletes: nothing reaches the history.
-    deleted = await publish(pg_store, pgb, 3, keep=False)
-    assert not {r[0] for r in pgb.fetch("published_rows")} & set(deleted)
-    assert not {int(r[0]) for r in pgb.fetch("outbox_rows")} & set(deleted)
+    deleted = await publish(pg_store, pg, 3, keep=False)
+    assert not {r[0] for r in pg.fetch("published_rows")} & set(deleted)
+    assert not {int(r[0]) for r in pg.fetch("outbox_rows")} & set(deleted)
 
 
 async def test_a_replayed_row_goes_back_with_its_id_and_event_id_and_is_claimed(
-    pgb: Backend, pg_store: Store
+    pg: Backend, pg_store: Store
 ) -> None:
-    ids = await publish(pg_store, pgb, 3)
-    event_ids = {i: e for i, e, _ in pgb.fetch("published_rows")}
-    assert admin.replay_list(pgb.url) == ids
-    changed = admin.replay_ids(pgb.url, [ids[1]])
+    ids = await publish(pg_store, pg, 3)
+    event_ids = {i: e for i, e, _ in pg.fetch("published_rows")}
+    assert admin.replay_list(pg.url) == ids
+    changed = admin.replay_ids(pg.url, [ids[1]])
     assert changed.ids == [ids[1]]
-    assert {int(r[0]): str(r[1]) for r in pgb.fetch("outbox_rows")} == {ids[1]: event_ids[ids[1]]}
-    assert [r[0] for r in pgb.fetch("published_rows")] == [ids[0], ids[2]]
+    assert {int(r[0]): str(r[1]) for r in pg.fetch("outbox_rows")} == {ids[1]: event_ids[ids[1]]}
+    assert [r[0] for r in pg.fetch("published_rows")] == [ids[0], ids[2]]
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [ids[1]]
-    assert admin.replay_ids(pgb.url, [ids[1]]).missing == [ids[1]]  # pending, not retained
+    assert admin.replay_ids(pg.url, [ids[1]]).missing == [ids[1]]  # pending, not retained
 
 
 async def test_rotation_drops_whole_partitions_and_leaves_no_dead_tuples(
-    pgb: Backend, pg_store: Store
+    pg: Backend, pg_store: Store
 ) -> None:
     first = await pg_store.rotate_published(FAST)
     assert first.created >= 3
     assert first.dropped == 0
-    await until_rows_land_in_a_partition(pg_store, pgb)
-    ids = await publish(pg_store, pgb, 50)
-    parts = {p for i, _, p in pgb.fetch("published_rows") if i in ids}
+    await until_rows_land_in_a_partition(pg_store, pg)
+    ids = await publish(pg_store, pg, 50)
+    parts = {p for i, _, p in pg.fetch("published_rows") if i in ids}
     assert parts
     assert "outbox_published_default" not in parts
     # Retention 0: every partition whose upper bound has passed goes, once time passes it.
@@ -130,33 +117,33 @@ async def test_rotation_drops_whole_partitions_and_leaves_no_dead_tuples(
         await pg_store.rotate_published(
             Rotation(0.0, FAST.width_s, FAST.ahead_s, FAST.lock_timeout_ms)
         )
-        left = {r[0] for r in pgb.fetch("published_partitions")}
+        left = {r[0] for r in pg.fetch("published_partitions")}
         gone = parts - left
         if gone == parts:
             break
         await asyncio.sleep(0.2)
     assert gone == parts
-    assert not {r[0] for r in pgb.fetch("published_rows")} & set(ids)
-    assert "outbox_published_default" in {r[0] for r in pgb.fetch("published_partitions")}
-    assert dead_tuples(pgb, "published_dead_tuples") == 0
+    assert not {r[0] for r in pg.fetch("published_rows")} & set(ids)
+    assert "outbox_published_default" in {r[0] for r in pg.fetch("published_partitions")}
+    assert dead_tuples(pg, "published_dead_tuples") == 0
     # The measure sees dead tuples where rows are deleted: the DEFAULT partition holds the
     # rows settled before the first partition began, deleted in batches once old enough.
-    pgb.execute("published_default_age")
+    pg.execute("published_default_age")
     assert await pg_store.purge(3600.0, 3600.0, 1000) >= 1
     for _ in range(50):
-        if dead_tuples(pgb, "published_default_dead_tuples") > 0:
+        if dead_tuples(pg, "published_default_dead_tuples") > 0:
             break
         await asyncio.sleep(0.1)
-    assert dead_tuples(pgb, "published_default_dead_tuples") > 0
+    assert dead_tuples(pg, "published_default_dead_tuples") > 0
 
 
 async def test_a_rotation_waiting_for_a_lock_gives_up_and_settles_go_on(
-    pgb: Backend, pg_store: Store
+    pg: Backend, pg_store: Store
 ) -> None:
     await pg_store.rotate_published(FAST)
-    await until_rows_land_in_a_partition(pg_store, pgb)
-    with psycopg.connect(pgb.target) as holder:
-        holder.execute(pgb.sql("published_hold")).fetchall()  # a reader's lock, held
+    await until_rows_land_in_a_partition(pg_store, pg)
+    with psycopg.connect(pg.target) as holder:
+        holder.execute(pg.sql("published_hold")).fetchall()  # a reader's lock, held
         # Every partition must go (retention 0 once their time has passed) and new ones be
         # made: each DDL waits its 100 ms for the holder, then is skipped, not queued.
         await asyncio.sleep(1.2)
@@ -164,14 +151,14 @@ async def test_a_rotation_waiting_for_a_lock_gives_up_and_settles_go_on(
         assert blocked.skipped >= 1
         assert blocked.dropped == 0
         # A settle beside the held lock is not stuck behind the rotation that gave up.
-        ids = await publish(pg_store, pgb, 5)
+        ids = await publish(pg_store, pg, 5)
         holder.rollback()
-    assert {r[0] for r in pgb.fetch("published_rows")} >= set(ids)
+    assert {r[0] for r in pg.fetch("published_rows")} >= set(ids)
     after = await pg_store.rotate_published(Rotation(0.0, 1, 3, 100))
     assert after.dropped >= 1
 
 
-async def test_settles_go_on_while_partitions_rotate(pgb: Backend, pg_store: Store) -> None:
+async def test_settles_go_on_while_partitions_rotate(pg: Backend, pg_store: Store) -> None:
     """Rotations every few milliseconds, dropping and creating one-second partitions,
     beside settles: every settle succeeds, every row is in the history or dropped with
     its whole partition, none is left in outbox_events."""
@@ -189,27 +176,27 @@ async def test_settles_go_on_while_partitions_rotate(pgb: Backend, pg_store: Sto
     settled: list[int] = []
     try:
         for _ in range(40):
-            settled += await publish(pg_store, pgb, 10)
+            settled += await publish(pg_store, pg, 10)
             await asyncio.sleep(0.05)
     finally:
         stop.set()
         await rotator
     assert rotations > 1
-    assert not {int(r[0]) for r in pgb.fetch("outbox_rows")} & set(settled)
+    assert not {int(r[0]) for r in pg.fetch("outbox_rows")} & set(settled)
 
 
-async def test_the_purge_round_rotates_under_keep_only(pgb: Backend, pg_store: Store) -> None:
+async def test_the_purge_round_rotates_under_keep_only(pg: Backend, pg_store: Store) -> None:
     sup = Supervisor(logging.getLogger("test"))
     keep = Purger(
         PurgeSettings(retention_period_s=8.0, purge_interval_s=1.0), store=pg_store, supervisor=sup
     )
     assert keep.settings.rotation == Rotation(8.0, 1, 4, 500)
     await keep.run_once()
-    made = {r[0] for r in pgb.fetch("published_partitions")} - {"outbox_published_default"}
+    made = {r[0] for r in pg.fetch("published_partitions")} - {"outbox_published_default"}
     assert made
     delete = Purger(PurgeSettings(retention="delete"), store=pg_store, supervisor=sup)
     await delete.run_once()
-    assert {r[0] for r in pgb.fetch("published_partitions")} - {"outbox_published_default"} == made
+    assert {r[0] for r in pg.fetch("published_partitions")} - {"outbox_published_default"} == made
 
 
 async def test_sqlite_keeps_its_rows_in_outbox_events(backend: Backend, store: Store) -> None:
@@ -241,10 +228,10 @@ def test_a_bad_retention_is_refused_at_config_load(field: str, value: object) ->
 
 
 async def test_a_failed_rotation_leaves_the_batches_of_its_round_to_run(
-    pgb: Backend, pg_store: Store, caplog: pytest.LogCaptureFixture
+    pg: Backend, pg_store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await publish(pg_store, pgb, 4)  # no partition yet: into the DEFAULT one
-    pgb.execute("published_rotate_drop")
+    await publish(pg_store, pg, 4)  # no partition yet: into the DEFAULT one
+    pg.execute("published_rotate_drop")
     purger = Purger(
         PurgeSettings(retention_period_s=0.0),
         store=pg_store,
@@ -253,64 +240,64 @@ async def test_a_failed_rotation_leaves_the_batches_of_its_round_to_run(
     with caplog.at_level(logging.WARNING, logger="relay.purge"):
         assert await purger.run_once() == 4
     assert "partition rotation failed" in caplog.text
-    assert pgb.fetch("published_rows") == []
+    assert pg.fetch("published_rows") == []
 
 
 async def test_rows_an_older_relay_marked_in_place_are_replayed_and_purged(
-    pgb: Backend, pg_store: Store
+    pg: Backend, pg_store: Store
 ) -> None:
     """A relay from before migration 0005 marks kept rows in outbox_events: replay lists
     and replays them there, and the purge deletes them after the retention."""
     keys = keys_on_shard(SHARD, 1)
-    ids = emit(pgb, *(event(keys[0]) for _ in range(3)))
-    pgb.execute("outbox_mark_published_below", {"below": ids[-1] + 1})
-    assert admin.replay_list(pgb.url) == ids
-    assert admin.replay_ids(pgb.url, [ids[0]]).ids == [ids[0]]
+    ids = emit(pg, *(event(keys[0]) for _ in range(3)))
+    pg.execute("outbox_mark_published_below", {"below": ids[-1] + 1})
+    assert admin.replay_list(pg.url) == ids
+    assert admin.replay_ids(pg.url, [ids[0]]).ids == [ids[0]]
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [ids[0]]
     assert await pg_store.purge(0.0, 3600.0, 100) == 2
-    assert sorted(row_states(pgb)) == [ids[0]]
+    assert sorted(row_states(pg)) == [ids[0]]
 
 
 async def test_keep_marks_large_payloads_in_place_and_moves_the_rest(
-    pgb: Backend, pg_store: Store
+    pg: Backend, pg_store: Store
 ) -> None:
     """A payload above move_max_bytes is not copied into the history: its row is marked
     published in outbox_events, where claims never see it again, replay finds and replays
     it, and the purge deletes it after the retention. The others move as before."""
     keys = keys_on_shard(SHARD, 2)
     big = {"blob": "x" * 150_000}  # out of line (TOAST), above the default 64 KiB
-    ids = emit(pgb, event(keys[0]), event(keys[0], payload=big), event(keys[1], payload=big))
+    ids = emit(pg, event(keys[0]), event(keys[0], payload=big), event(keys[1], payload=big))
     token = await pg_store.lease_acquire(SHARD, OWNER, 30)
     assert token is not None
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == ids
     done = await settle(pg_store, OWNER, {SHARD: token}, ids, [], True)
     assert done.published == 3
-    assert [r[0] for r in pgb.fetch("published_rows")] == [ids[0]]
-    marked = {i: s.published for i, s in row_states(pgb).items() if i != ids[0]}
+    assert [r[0] for r in pg.fetch("published_rows")] == [ids[0]]
+    marked = {i: s.published for i, s in row_states(pg).items() if i != ids[0]}
     assert marked == {ids[1]: True, ids[2]: True}
-    assert {int(r[0]) for r in pgb.fetch("outbox_rows")} == {ids[1], ids[2]}
+    assert {int(r[0]) for r in pg.fetch("outbox_rows")} == {ids[1], ids[2]}
     assert await claim(pg_store, [SHARD], 100, "block_key") == []
     # A later row of the key goes out: the marked row holds nothing back.
-    later = emit(pgb, event(keys[0]))
+    later = emit(pg, event(keys[0]))
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == later
-    assert admin.replay_list(pgb.url) == ids
-    assert admin.replay_ids(pgb.url, [ids[1]]).ids == [ids[1]]
+    assert admin.replay_list(pg.url) == ids
+    assert admin.replay_ids(pg.url, [ids[1]]).ids == [ids[1]]
     assert ids_of(await claim(pg_store, [SHARD], 100, "block_key")) == [ids[1], *later]
     # ids[2] marked, ids[0] in the DEFAULT partition (no rotation ran); ids[1] is pending.
     assert await pg_store.purge(0.0, 3600.0, 100) == 2
-    assert sorted(row_states(pgb)) == [ids[1], *later]
+    assert sorted(row_states(pg)) == [ids[1], *later]
 
 
 @pytest.mark.parametrize(("limit", "in_history"), [(0, []), (10**9, [0, 1])])
 async def test_move_max_bytes_decides_where_each_row_goes(
-    pgb: Backend, pg_store: Store, limit: int, in_history: list[int]
+    pg: Backend, pg_store: Store, limit: int, in_history: list[int]
 ) -> None:
     keys = keys_on_shard(SHARD, 1)
-    ids = emit(pgb, event(keys[0]), event(keys[0], payload={"blob": "y" * 100_000}))
+    ids = emit(pg, event(keys[0]), event(keys[0], payload={"blob": "y" * 100_000}))
     token = await pg_store.lease_acquire(SHARD, OWNER, 30)
     assert token is not None
     await claim(pg_store, [SHARD], 100, "block_key")
     done = await settle(pg_store, OWNER, {SHARD: token}, ids, [], True, move_max_bytes=limit)
     assert done.published == 2
-    assert [r[0] for r in pgb.fetch("published_rows")] == [ids[i] for i in in_history]
-    assert all(s.published for s in row_states(pgb).values())
+    assert [r[0] for r in pg.fetch("published_rows")] == [ids[i] for i in in_history]
+    assert all(s.published for s in row_states(pg).values())
