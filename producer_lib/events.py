@@ -78,6 +78,9 @@ def _require_text(value: object, name: str, limit: int) -> str:
         raise InvalidEvent(f"{name} must not be empty", field=name)
     if len(value) > limit:
         raise InvalidEvent(f"{name} is longer than {limit} characters", field=name)
+    if "\x00" in value:
+        # Postgres text cannot hold NUL: refused here, alike on every database.
+        raise InvalidEvent(f"{name} must not contain a NUL character", field=name)
     return value
 
 
