@@ -9,6 +9,7 @@ with Session(engine) as session, session.begin():
 """
 
 from outbox_core.migrate import MigrationReport, migrate
+from producer_lib.emitter import EventEmitter
 from producer_lib.errors import (
     ConfigurationError,
     DatabaseError,
@@ -27,7 +28,7 @@ from producer_lib.errors import (
     UnsupportedConnection,
 )
 from producer_lib.events import Event
-from producer_lib.outbox import EventEmitter, Outbox
+from producer_lib.outbox import Outbox
 from producer_lib.recorder import RecordedEvent, RecordingOutbox
 from producer_lib.serialization import JsonSerializer, Serialized, Serializer
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import json
 import re
 import uuid
@@ -15,6 +14,7 @@ from outbox_core.sharding import shard_for
 from outbox_core.tenants import MAX_TENANT_CHARS
 from producer_lib.errors import InvalidEvent, PayloadTooLarge
 from producer_lib.headers import build_headers, validate_user_headers
+from producer_lib.idempotency import body_hash
 from producer_lib.serialization import Serializer, serialize
 
 # Kafka's own rule for topic names.
@@ -78,6 +78,9 @@ def _require_text(value: object, name: str, limit: int) -> str:
         raise InvalidEvent(f"{name} must not be empty", field=name)
     if len(value) > limit:
         raise InvalidEvent(f"{name} is longer than {limit} characters", field=name)
+    if "\x00" in value:
+        # Postgres text cannot hold NUL: refused here, alike on every database.
+        raise InvalidEvent(f"{name} must not contain a NUL character", field=name)
     return value
 
 
@@ -110,27 +113,6 @@ def _deliver_after(value: DeliverAfter | None) -> tuple[dt.datetime | None, floa
         f"deliver_after must be a timedelta or an aware datetime, not {type(value).__name__}",
         field="deliver_after",
     )
-
-
-def body_hash(
-    topic: str,
-    key: str,
-    event_type: str,
-    payload: bytes,
-    user: dict[str, str],
-    tenant: str | None = None,
-) -> bytes:
-    """What an idempotency key promises: the same event body, whatever its event_id. The
-    tenant counts only when there is one, so the hashes stored before tenants existed
-    still match their events."""
-    h = hashlib.sha256()
-    parts = (topic, key, event_type, json.dumps(user, sort_keys=True))
-    for part in parts if tenant is None else (*parts, "tenant", tenant):
-        encoded = part.encode()
-        h.update(len(encoded).to_bytes(8, "big"))
-        h.update(encoded)
-    h.update(payload)
-    return h.digest()
 
 
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

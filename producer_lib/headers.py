@@ -44,6 +44,11 @@ def validate_user_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
             raise InvalidHeader(
                 f"header {name!r} is longer than {MAX_VALUE_CHARS} characters", field="headers"
             )
+        if "\x00" in value:
+            # Postgres jsonb cannot hold NUL: refused here, alike on every database.
+            raise InvalidHeader(
+                f"header {name!r} must not contain a NUL character", field="headers"
+            )
         clean[name] = value
     return clean
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from outbox_core.errors import UniqueViolation
 from outbox_core.executors import run_plan, run_plan_async
 from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS, shard_for
+from producer_lib.emitter import emits, emits_async
 from producer_lib.errors import ConfigurationError, DuplicateEventId
-from producer_lib.events import DeliverAfter, Event, EventRow, prepare
+from producer_lib.events import Event, EventRow, prepare
 from producer_lib.plans import WriteOptions, database_shard_count, emit_many, emit_one
 from producer_lib.serialization import JsonSerializer, Serializer
 from producer_lib.transactions import async_executor, sync_executor
@@ -25,44 +26,6 @@ DEFAULT_MAX_EVENT_BYTES = 1_000_000
 # The unique constraint on outbox_events.event_id, as Postgres and SQLite name it.
 _EVENT_ID_UNIQUE = ("outbox_events_event_id_key", "outbox_events.event_id")
 _CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-class EventEmitter(Protocol):
-    """What services depend on: the Outbox, or RecordingOutbox in their unit tests."""
-
-    def emit(
-        self,
-        conn: Any,
-        *,
-        topic: str,
-        key: str,
-        event_type: str,
-        payload: object,
-        headers: Mapping[str, str] | None = None,
-        event_id: uuid.UUID | str | None = None,
-        idempotency_key: str | None = None,
-        deliver_after: DeliverAfter | None = None,
-        tenant: str | None = None,
-    ) -> uuid.UUID: ...
-
-    def emit_batch(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]: ...
-
-    async def emit_async(
-        self,
-        conn: Any,
-        *,
-        topic: str,
-        key: str,
-        event_type: str,
-        payload: object,
-        headers: Mapping[str, str] | None = None,
-        event_id: uuid.UUID | str | None = None,
-        idempotency_key: str | None = None,
-        deliver_after: DeliverAfter | None = None,
-        tenant: str | None = None,
-    ) -> uuid.UUID: ...
-
-    async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]: ...
 
 
 class Outbox:
@@ -137,20 +100,8 @@ class Outbox:
         if self._opts.check_shard_count:
             self._opts = replace(self._opts, check_shard_count=False)
 
-    def emit(
-        self,
-        conn: Any,
-        *,
-        topic: str,
-        key: str,
-        event_type: str,
-        payload: object,
-        headers: Mapping[str, str] | None = None,
-        event_id: uuid.UUID | str | None = None,
-        idempotency_key: str | None = None,
-        deliver_after: DeliverAfter | None = None,
-        tenant: str | None = None,
-    ) -> uuid.UUID:
+    @emits
+    def emit(self, conn: Any, event: Event) -> uuid.UUID:
         """Write one event in conn's transaction; returns its event_id.
 
         With an idempotency_key already used for the same body, returns the first
@@ -159,19 +110,7 @@ class Outbox:
         fair_tenants takes turns between tenants, so one tenant's flood does not delay
         the others. A key should belong to one tenant.
         """
-        row = self.prepare(
-            Event(
-                topic,
-                key,
-                event_type,
-                payload,
-                headers,
-                event_id,
-                idempotency_key,
-                deliver_after,
-                tenant,
-            )
-        )
+        row = self.prepare(event)
         executor = sync_executor(conn)
         if self.shard_count is None:
             [row] = self._learned(run_plan(database_shard_count(), executor), [row])
@@ -193,34 +132,10 @@ class Outbox:
         self._checked()
         return result
 
-    async def emit_async(
-        self,
-        conn: Any,
-        *,
-        topic: str,
-        key: str,
-        event_type: str,
-        payload: object,
-        headers: Mapping[str, str] | None = None,
-        event_id: uuid.UUID | str | None = None,
-        idempotency_key: str | None = None,
-        deliver_after: DeliverAfter | None = None,
-        tenant: str | None = None,
-    ) -> uuid.UUID:
+    @emits_async
+    async def emit_async(self, conn: Any, event: Event) -> uuid.UUID:
         """emit for AsyncSession, AsyncConnection and psycopg AsyncConnection."""
-        row = self.prepare(
-            Event(
-                topic,
-                key,
-                event_type,
-                payload,
-                headers,
-                event_id,
-                idempotency_key,
-                deliver_after,
-                tenant,
-            )
-        )
+        row = self.prepare(event)
         executor = await async_executor(conn)
         if self.shard_count is None:
             recorded = await run_plan_async(database_shard_count(), executor)

@@ -16,8 +16,9 @@ from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.executors import Plan, Statement
 from outbox_core.sharding import lock_key
-from producer_lib.errors import ConfigurationError, IdempotencyConflict, ShardCountMismatch
+from producer_lib.errors import ConfigurationError, ShardCountMismatch
 from producer_lib.events import EventRow
+from producer_lib.idempotency import reused
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,6 @@ def row_params(row: EventRow, dialect: Dialect, opts: WriteOptions) -> dict[str,
         params["lock_key"] = lock_key(row.topic, row.key) if opts.per_key_lock else None
         params["notify_channel"] = opts.notify_channel
     return params
-
-
-def _db_uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 def database_shard_count() -> Plan:
@@ -89,14 +86,7 @@ def emit_one(row: EventRow, dialect: Dialect, opts: WriteOptions) -> Plan:
             # Another transaction holds the key and has committed (Postgres waited for it).
             existing = yield Statement("idempotency_get", key_params)
             stored_hash, stored_id = existing[0]
-            if bytes(stored_hash) != row.body_hash:
-                raise IdempotencyConflict(
-                    f"idempotency key {row.idempotency_key!r} was used for event "
-                    f"{stored_id} with a different body",
-                    idempotency_key=row.idempotency_key,
-                    existing_event_id=str(stored_id),
-                )
-            return _db_uuid(stored_id)
+            return reused(row, stored_hash, stored_id)
     yield Statement(_insert_query(dialect, opts), row_params(row, dialect, opts))
     return row.event_id
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from producer_lib.errors import IdempotencyConflict
-from producer_lib.events import DeliverAfter, Event, EventRow
+from producer_lib.emitter import emits, emits_async
+from producer_lib.events import Event, EventRow
+from producer_lib.idempotency import reused
 from producer_lib.outbox import Outbox
 
 
@@ -67,7 +68,7 @@ class RecordingOutbox(Outbox):
         super().__init__(**settings)
         self._committed: list[RecordedEvent] = []
         self._pending: list[RecordedEvent] | None = None
-        self._keys: dict[str, EventRow] = {}
+        self._keys: dict[tuple[str, str], EventRow] = {}
 
     @property
     def events(self) -> list[RecordedEvent]:
@@ -98,78 +99,28 @@ class RecordingOutbox(Outbox):
 
     def _record(self, row: EventRow) -> uuid.UUID:
         if row.idempotency_key is not None:
-            seen = self._keys.get(row.idempotency_key)
+            # Held as outbox_idempotency holds it: per (scope, key), with the body's hash.
+            held = (self._opts.scope, row.idempotency_key)
+            seen = self._keys.get(held)
             if seen is not None:
-                if seen.body_hash != row.body_hash:
-                    raise IdempotencyConflict(
-                        f"idempotency key {row.idempotency_key!r} was used for event "
-                        f"{seen.event_id} with a different body",
-                        idempotency_key=row.idempotency_key,
-                        existing_event_id=str(seen.event_id),
-                    )
-                return seen.event_id
-            self._keys[row.idempotency_key] = row
+                return reused(row, seen.body_hash, seen.event_id)
+            self._keys[held] = row
         target = self._pending if self._pending is not None else self._committed
         target.append(RecordedEvent(row))
         return row.event_id
 
-    def emit(
-        self,
-        conn: Any = None,
-        *,
-        topic: str,
-        key: str,
-        event_type: str,
-        payload: object,
-        headers: Mapping[str, str] | None = None,
-        event_id: uuid.UUID | str | None = None,
-        idempotency_key: str | None = None,
-        deliver_after: DeliverAfter | None = None,
-        tenant: str | None = None,
-    ) -> uuid.UUID:
-        event = Event(
-            topic,
-            key,
-            event_type,
-            payload,
-            headers,
-            event_id,
-            idempotency_key,
-            deliver_after,
-            tenant,
-        )
+    @emits
+    def emit(self, conn: Any, event: Event) -> uuid.UUID:
+        """Record one event; conn is not used (pass None)."""
         return self._record(self.prepare(event))
 
     def emit_batch(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
         rows = [self.prepare(e) for e in events]
         return [self._record(r) for r in rows]
 
-    async def emit_async(
-        self,
-        conn: Any = None,
-        *,
-        topic: str,
-        key: str,
-        event_type: str,
-        payload: object,
-        headers: Mapping[str, str] | None = None,
-        event_id: uuid.UUID | str | None = None,
-        idempotency_key: str | None = None,
-        deliver_after: DeliverAfter | None = None,
-        tenant: str | None = None,
-    ) -> uuid.UUID:
-        return self.emit(
-            conn,
-            topic=topic,
-            key=key,
-            event_type=event_type,
-            payload=payload,
-            headers=headers,
-            event_id=event_id,
-            idempotency_key=idempotency_key,
-            deliver_after=deliver_after,
-            tenant=tenant,
-        )
+    @emits_async
+    async def emit_async(self, conn: Any, event: Event) -> uuid.UUID:
+        return self._record(self.prepare(event))
 
     async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
         return self.emit_batch(conn, events)

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from producer_lib import IdempotencyConflict, Outbox
+from producer_lib import (
+    Event,
+    EventEmitter,
+    IdempotencyConflict,
+    InvalidEvent,
+    Outbox,
+    RecordingOutbox,
+)
 from tests.support.db import Backend
 from tests.support.transactions import ASYNC_KINDS, SYNC_KINDS, async_tx, sync_tx
 
@@ -150,3 +159,127 @@ def test_race_with_different_bodies_conflicts(backend: Backend, kind: str) -> No
     thread.join(30)
     assert isinstance(out.get("error"), IdempotencyConflict), out
     assert backend.scalar("outbox_count") == 1
+
+
+# ------------------------------------------- RecordingOutbox and the SQL path give one verdict
+
+BODY: dict[str, Any] = {
+    "topic": "payments",
+    "key": "acct-1",
+    "event_type": "Charged",
+    "payload": {"cents": 100},
+    "headers": {"x-source": "api"},
+    "idempotency_key": "pay-1",
+}
+# (step, what replaces BODY's argument, the outcome): "new" is an event of its own, "first"
+# the first step's event, "conflict" IdempotencyConflict naming it, "invalid" InvalidEvent
+# on idempotency_key. A step that fails rolls its transaction back.
+SCENARIO: list[tuple[str, dict[str, Any], str]] = [
+    ("first", {}, "new"),
+    ("same-body", {}, "first"),
+    ("another-event-id", {"event_id": uuid.uuid4()}, "first"),
+    ("another-delay", {"deliver_after": dt.timedelta(hours=1)}, "first"),
+    ("another-payload", {"payload": {"cents": 999}}, "conflict"),
+    ("payload-key-order", {"payload": {"cents": 100, "x": 1}}, "conflict"),
+    ("another-header", {"headers": {"x-source": "batch"}}, "conflict"),
+    ("no-headers", {"headers": None}, "conflict"),
+    ("another-topic", {"topic": "refunds"}, "conflict"),
+    ("another-key", {"key": "acct-2"}, "conflict"),
+    ("another-type", {"event_type": "Refunded"}, "conflict"),
+    ("a-tenant", {"tenant": "acme"}, "conflict"),
+    ("same-body-after-conflicts", {}, "first"),
+    ("another-case", {"idempotency_key": "PAY-1"}, "new"),
+    ("trailing-space", {"idempotency_key": "pay-1 "}, "new"),
+    ("empty-key", {"idempotency_key": ""}, "invalid"),
+    ("blank-key", {"idempotency_key": "   "}, "invalid"),
+    ("over-long-key", {"idempotency_key": "k" * 256}, "invalid"),
+    ("longest-key", {"idempotency_key": "k" * 255}, "new"),
+    ("nul-in-key", {"idempotency_key": "pay-1\x00"}, "invalid"),
+    ("key-not-str", {"idempotency_key": 1}, "invalid"),
+    ("non-ascii-key", {"idempotency_key": "pay-1-\u00e9\U0001f4b3"}, "new"),
+]
+
+Transaction = Callable[[], contextlib.AbstractContextManager[tuple[EventEmitter, Any]]]
+
+
+def _both(backend: Backend) -> dict[str, Transaction]:
+    """A RecordingOutbox and an Outbox on backend, each giving (emitter, conn) inside a
+    transaction that commits unless its block raises."""
+    recorder, outbox = RecordingOutbox(), Outbox()
+
+    @contextlib.contextmanager
+    def recorded() -> Iterator[tuple[EventEmitter, Any]]:
+        with recorder.transaction():
+            yield recorder, None
+
+    @contextlib.contextmanager
+    def written() -> Iterator[tuple[EventEmitter, Any]]:
+        with sync_tx(backend, "driver") as conn:
+            yield outbox, conn
+
+    return {"recorder": recorded, "database": written}
+
+
+def _outcomes(tx: Transaction) -> list[str]:
+    """Each step's outcome, event ids named by the step that first returned them."""
+    firsts: dict[uuid.UUID, str] = {}
+    outcomes: list[str] = []
+    for step, override, _ in SCENARIO:
+        try:
+            with tx() as (emitter, conn):
+                got = emitter.emit(conn, **{**BODY, **override})
+        except IdempotencyConflict as exc:
+            outcomes.append(f"conflict with {firsts.get(uuid.UUID(exc.existing_event_id))}")
+        except InvalidEvent as exc:
+            outcomes.append(f"invalid {exc.field}")
+        else:
+            outcomes.append(firsts.setdefault(got, step))
+    return outcomes
+
+
+EXPECTED = [
+    {
+        "new": step,
+        "first": "first",
+        "conflict": "conflict with first",
+        "invalid": "invalid idempotency_key",
+    }[outcome]
+    for step, _, outcome in SCENARIO
+]
+
+
+def test_the_recorder_and_the_database_give_the_same_verdicts(backend: Backend) -> None:
+    both = _both(backend)
+    assert _outcomes(both["recorder"]) == EXPECTED
+    assert _outcomes(both["database"]) == EXPECTED
+    assert backend.scalar("outbox_count") == sum(o == "new" for _, _, o in SCENARIO)
+
+
+def _batch_outcomes(tx: Transaction) -> list[object]:
+    """The same key within a batch, in a batch that fails, and after a rollback."""
+    same = Event("payments", "acct-1", "Charged", {"cents": 1}, idempotency_key="pay-9")
+    other = Event("payments", "acct-1", "Charged", {"cents": 2}, idempotency_key="pay-9")
+    spare = Event("payments", "acct-2", "Charged", {}, idempotency_key="pay-8")
+    outcomes: list[object] = []
+    with contextlib.suppress(RuntimeError), tx() as (emitter, conn):
+        emitter.emit_batch(conn, [same])
+        raise RuntimeError("the business transaction gives up: pay-9 is free again")
+    with tx() as (emitter, conn):
+        first, again = emitter.emit_batch(conn, [other, other])
+        outcomes.append(first == again)
+    with contextlib.suppress(IdempotencyConflict), tx() as (emitter, conn):
+        emitter.emit_batch(conn, [spare, same])
+        outcomes.append("no conflict")
+    with tx() as (emitter, conn):
+        outcomes.append(emitter.emit_batch(conn, [other]) == [first])
+        outcomes.append(emitter.emit_batch(conn, [spare]) != [first])
+    return outcomes
+
+
+def test_the_recorder_and_the_database_agree_within_a_batch_and_after_a_rollback(
+    backend: Backend,
+) -> None:
+    both = _both(backend)
+    assert _batch_outcomes(both["recorder"]) == [True, True, True]
+    assert _batch_outcomes(both["database"]) == [True, True, True]
+    assert backend.scalar("outbox_count") == 2
