@@ -27,7 +27,8 @@ TRACER_NAME = "consumer_lib"
 
 def tracing() -> bool:
     """Whether an OpenTelemetry SDK is set up: without one every span is a no-op, and making
-    it costs about as much per event as the consumer's own code (bench/NOTES.md)."""
+    it costs about as much per event as the consumer's own code
+    (docs/decisions/0020-consumer-batch-apply.md)."""
     if _trace is None:
         return False
     return not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
@@ -216,7 +216,7 @@ def test_a_dead_link_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 # The docs speak to users: the project's history (issue numbers, commits, who ran what
-# when) belongs in git, the changelog and bench/NOTES.md.
+# when) belongs in git and the changelog; what a measurement decided, in docs/decisions.
 _HISTORY = re.compile(
     r"\bissues? #?\d+\b|\bthis session\b|`(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?:-dirty)?`",
     re.IGNORECASE,
@@ -227,6 +227,80 @@ def test_the_docs_tell_no_history() -> None:
     found = {n: where for n, where in _named(_HISTORY).items()}
     assert found == {}, (
         "issue numbers, commit hashes or session notes in the user docs (move them to "
-        "bench/NOTES.md or the commit message):\n"
+        "the commit message, or what they decided to a record in docs/decisions):\n"
         + "\n".join(f"{name}: {', '.join(where)}" for name, where in sorted(found.items()))
     )
+
+
+# Each benchmark figure is stated once, in docs/benchmarks.md's Summary (and the sections
+# behind it); README.md and docs/design.md link there instead of restating figures that
+# then drift. A figure: a number with a ratio, time, share, size or rate unit. What these
+# two pages may state are configuration defaults and limits, listed here with what they are.
+FIGURE_PAGES = [ROOT / "README.md", ROOT / "docs" / "design.md"]
+_NUMBER = r"\d[\d,]*(?:\.\d+)?(?:\s?(?:-|to)\s?\d[\d,]*(?:\.\d+)?)?"
+_FIGURE = re.compile(
+    rf"(?<![\w.]){_NUMBER}\s?"
+    r"(?:x\b|\u00d7|%"
+    r"|(?:µs|us|ms|s|seconds|minutes)\b"
+    r"|(?:KiB|MiB|GiB|KB|MB|GB|buffers)\b"
+    r"|k?\s?[a-z]+(?:/s\b|\s+a\s+second\b))"
+)
+CONFIGURATION_FIGURES = {
+    "1 MiB": "consumer batch_max_bytes default",
+    "10 s": "pool_timeout_s default; the topic re-lookup and pool backoff restart intervals",
+    "100 ms": "how long a cycle waits for a new topic's lookup",
+    "5 ms": "probe_interval_s default",
+    "50 ms": "probe_idle_interval_s default",
+    "10 ms": "probe_gather_s default; the rotation interval of a test",
+    "64 KiB": "retention_move_max_bytes default",
+    "1 s": "the smallest history partition width",
+    "0.5 s": "purge_lock_timeout_s default",
+    "60 s": "claim_floor_rescan_s default",
+    "30 minutes": "the OutboxDatabaseHorizonOld alert's delay",
+    "2,000 probes a second": "100 idle pods at probe_idle_interval_s, arithmetic",
+}
+
+
+def stated_figures(pages: list[Path]) -> dict[str, list[str]]:
+    """Each figure the pages state outside code blocks and the allow-list, with where."""
+    found: dict[str, list[str]] = {}
+    for page in pages:
+        for number, line in _prose_lines(page.read_text("utf-8")):
+            for m in _FIGURE.finditer(line):
+                figure = re.sub(r"\s+", " ", m.group())
+                if figure not in CONFIGURATION_FIGURES:
+                    found.setdefault(figure, []).append(f"{_rel(page)}:{number}")
+    return found
+
+
+def test_readme_and_design_state_no_benchmark_figures() -> None:
+    found = stated_figures(FIGURE_PAGES)
+    assert found == {}, (
+        "figures in README.md or docs/design.md: state them in docs/benchmarks.md's Summary "
+        "and link to it (docs/benchmarks.md#summary); a configuration default belongs in "
+        "CONFIGURATION_FIGURES with what it is:\n"
+        + "\n".join(f"{figure}: {', '.join(where)}" for figure, where in sorted(found.items()))
+    )
+
+
+def test_a_stated_figure_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "PsycopgAsync applies 3.1x the events/s of a plain consumer, 0.83x a batched one.\n"
+        "p99 7.3-13.7 ms at 500 to 5,000 events/s, 7.6 µs an event, 20-33% of a core.\n"
+        "54,283 events/s; 1,500 events a second; peak RSS 112-120 MiB.\n"
+        "Defaults: `probe_interval_s` (5 ms), `retention_move_max_bytes` (64 KiB).\n"
+        "```\nbench 4.2x in a code block\n```\n"
+    )
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    assert sorted(stated_figures([page])) == [
+        "0.83x",
+        "1,500 events a second",
+        "112-120 MiB",
+        "20-33%",
+        "3.1x",
+        "500 to 5,000 events/s",
+        "54,283 events/s",
+        "7.3-13.7 ms",
+        "7.6 µs",
+    ]
