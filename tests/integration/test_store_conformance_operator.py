@@ -51,6 +51,16 @@ async def retained(store: Store, ids: list[int]) -> None:
     await store.lease_release(SHARD, OWNER, token)
 
 
+async def parked_among_others(backend: Backend, store: Store) -> list[int]:
+    """Key a: a parked row and a pending one behind it; key b: a parked row, a pending one
+    and a retained (published, kept) one."""
+    a, b = keys_on_shard(SHARD, 2)
+    p1, later, p2, pending, kept = emit(backend, event(a), event(a), event(b), event(b), event(b))
+    await retained(store, [kept])
+    await parked(store, [p1, p2], "poison")
+    return [p1, later, p2, pending, kept]
+
+
 # ---------------------------------------------------------------------------- parked rows
 
 
@@ -118,10 +128,7 @@ async def test_parked_list_takes_hostile_filters_as_plain_values(
 async def test_parked_retry_makes_exactly_the_parked_rows_pending_with_fresh_attempts(
     backend: Backend, store: Store
 ) -> None:
-    a, b = keys_on_shard(SHARD, 2)
-    p1, later, p2, pending, kept = emit(backend, event(a), event(a), event(b), event(b), event(b))
-    await retained(store, [kept])
-    await parked(store, [p1, p2], "poison")
+    p1, later, p2, pending, kept = await parked_among_others(backend, store)
     # A parked row holds its key's later rows back.
     assert ids_of(await claim(store, [SHARD], 10, "block_key")) == []
 
@@ -148,10 +155,7 @@ async def test_parked_retry_makes_exactly_the_parked_rows_pending_with_fresh_att
 async def test_parked_discard_deletes_exactly_the_parked_rows_and_unblocks_their_keys(
     backend: Backend, store: Store
 ) -> None:
-    a, b = keys_on_shard(SHARD, 2)
-    p1, later, p2, pending, kept = emit(backend, event(a), event(a), event(b), event(b), event(b))
-    await retained(store, [kept])
-    await parked(store, [p1, p2])
+    p1, later, p2, pending, kept = await parked_among_others(backend, store)
 
     changed = await store.parked_discard([pending, p1, kept, *UNKNOWN])
     assert changed == Changed([p1], sorted([pending, kept, *UNKNOWN]))
