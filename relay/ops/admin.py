@@ -1,8 +1,9 @@
 """Operator actions behind `outbox-relay status|parked|replay`: read and repair the outbox.
 
-Each action opens its own connection, runs named queries in one transaction and commits.
-Parked rows are not worked by any relay, so changing them needs no lease. Behind a
-transaction pooler (pooler="transaction") the transaction begins with the session
+Each action opens its own connection, runs the store's plans (relay/store/plans.py, where
+their parameters are encoded and their rows decoded for the Store too) in one transaction
+and commits. Parked rows are not worked by any relay, so changing them needs no lease.
+Behind a transaction pooler (pooler="transaction") the transaction begins with the session
 settings; operator actions run without the relay's statement and lock timeouts (a
 discard of millions of rows may rightly take longer, and an operator can interrupt it).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import SecretStr
@@ -19,11 +20,27 @@ from pydantic import SecretStr
 from outbox_core.codec import codec_for
 from outbox_core.database_url import DatabaseUrl
 from outbox_core.errors import StartupParameterRefused
-from outbox_core.executors import PsycopgExecutor, Rows, SqliteExecutor, Statement, translated
+from outbox_core.executors import Plan, PsycopgExecutor, SqliteExecutor, run_plan, translated
 from outbox_core.pg_session import Pooler
 from relay.database import PLANNER_SETTINGS, DatabaseSettings
 from relay.errors import PoolerRefused
-from relay.store import Backlog, Lease
+from relay.store import MAX_LIMIT, Changed, Lease, ParkedRow, ReplayFilter, RowFilter, plans
+from relay.store.plans import ParkedAction
+
+__all__ = [
+    "MAX_LIMIT",
+    "Changed",
+    "ParkedRow",
+    "RowFilter",
+    "Status",
+    "parked_act",
+    "parked_discard",
+    "parked_list",
+    "parked_retry",
+    "replay_ids",
+    "replay_list",
+    "status",
+]
 
 
 @dataclass(frozen=True)
@@ -34,46 +51,6 @@ class Status:
     oldest_pending_age_s: float
     replicas: list[str]
     leases: list[Lease]
-
-
-@dataclass(frozen=True)
-class ParkedRow:
-    id: int
-    event_id: str
-    topic: str
-    key: str
-    event_type: str
-    attempts: int
-    last_error: str | None
-    age_s: float
-
-
-# The most rows one listing or action takes when a limit is given; --all has none.
-MAX_LIMIT = 1_000_000
-_UNBOUNDED = 2**62  # LIMIT for "every row" (a NULL limit is not portable)
-
-
-@dataclass(frozen=True)
-class RowFilter:
-    """Which rows an action applies to; None means any. At least one criterion for writes.
-    limit None: every matching row."""
-
-    ids: list[int] | None = None
-    topic: str | None = None
-    key: str | None = None
-    error: str | None = None
-    min_age_s: float = 0.0
-    limit: int | None = 1000
-
-    @property
-    def narrowed(self) -> bool:
-        return bool(self.ids or self.topic or self.key or self.error or self.min_age_s)
-
-
-@dataclass(frozen=True)
-class Changed:
-    ids: list[int] = field(default_factory=list)
-    missing: list[int] = field(default_factory=list)  # asked for by id, not eligible
 
 
 class _Session:
@@ -101,11 +78,8 @@ class _Session:
                 self.conn.close()
                 raise
 
-    def run(self, name: str, params: dict[str, Any] | None = None) -> Rows:
-        return self.executor.run(Statement(name, params or {}))
-
-    def ids(self, ids: Sequence[int] | None) -> Any:
-        return self.codec.array(ids)
+    def run(self, plan: Plan) -> Any:
+        return run_plan(plan, self.executor)
 
     def __enter__(self) -> _Session:
         return self
@@ -123,13 +97,11 @@ class _Session:
 
 def status(database_url: str, *, pooler: Pooler = "none") -> Status:
     with _Session(database_url, pooler) as s:
-        shard_count = int(s.run("setting_get", {"name": "shard_count"})[0][0])
-        shards = list(range(shard_count))
+        shard_count: int = s.run(plans.shard_count())
         # No floors here: `status` walks each shard from the bottom, as claims once did.
-        params = {"shard_count": shard_count, "shards": shards, "floors": [0] * shard_count}
-        backlog = Backlog.from_row(s.run("outbox_backlog", params)[0])
-        leases = [Lease.from_row(r) for r in s.run("lease_list")]
-        replicas = [str(r[0]) for r in s.run("replica_list_live")]
+        backlog = s.run(plans.backlog(shard_count, {}))
+        leases = s.run(plans.lease_list())
+        replicas = s.run(plans.replica_list_live())
     return Status(
         shard_count,
         backlog.pending,
@@ -140,39 +112,17 @@ def status(database_url: str, *, pooler: Pooler = "none") -> Status:
     )
 
 
-def _parked(s: _Session, f: RowFilter) -> list[ParkedRow]:
-    rows = s.run(
-        "outbox_parked_list",
-        {
-            "ids": s.ids(f.ids),
-            "topic": f.topic,
-            "key": f.key,
-            "error": f.error,
-            "min_age_s": s.codec.seconds(f.min_age_s),
-            "limit": _UNBOUNDED if f.limit is None else f.limit,
-        },
-    )
-    return [
-        ParkedRow(int(a), str(b), c, d, e, int(g), h, float(i)) for a, b, c, d, e, g, h, i in rows
-    ]
-
-
 def parked_list(database_url: str, f: RowFilter, *, pooler: Pooler = "none") -> list[ParkedRow]:
     with _Session(database_url, pooler) as s:
-        return _parked(s, f)
+        found: list[ParkedRow] = s.run(plans.parked_list(s.codec, f))
+    return found
 
 
-def _act(s: _Session, query_name: str, ids: Sequence[int]) -> list[int]:
-    return sorted(int(r[0]) for r in s.run(query_name, {"ids": s.ids(ids)})) if ids else []
-
-
-_PARKED_ACTIONS = {"retry": "outbox_parked_retry", "discard": "outbox_parked_discard"}
-
-
-def _change(database_url: str, f: RowFilter, action: str, pooler: Pooler) -> Changed:
+def _change(database_url: str, f: RowFilter, action: ParkedAction, pooler: Pooler) -> Changed:
     with _Session(database_url, pooler) as s:
-        done = _act(s, _PARKED_ACTIONS[action], [row.id for row in _parked(s, f)])
-    return Changed(done, sorted(set(f.ids or []) - set(done)))
+        listed = s.run(plans.parked_list(s.codec, f))
+        done: Changed = s.run(plans.parked_act(s.codec, action, [row.id for row in listed]))
+    return Changed(done.ids, sorted(set(f.ids or []) - set(done.ids)))
 
 
 def parked_retry(database_url: str, f: RowFilter, *, pooler: Pooler = "none") -> Changed:
@@ -186,14 +136,14 @@ def parked_discard(database_url: str, f: RowFilter, *, pooler: Pooler = "none") 
 
 
 def parked_act(
-    database_url: str, action: str, ids: Sequence[int], *, pooler: Pooler = "none"
+    database_url: str, action: ParkedAction, ids: Sequence[int], *, pooler: Pooler = "none"
 ) -> Changed:
     """retry or discard exactly these rows (those still parked), in one transaction: what
     an operator was shown and confirmed, never what a filter matches by now. missing: the
     ids that were no longer parked."""
     with _Session(database_url, pooler) as s:
-        done = _act(s, _PARKED_ACTIONS[action], ids)
-    return Changed(done, sorted(set(ids) - set(done)))
+        changed: Changed = s.run(plans.parked_act(s.codec, action, ids))
+    return changed
 
 
 def replay_list(
@@ -207,21 +157,15 @@ def replay_list(
 ) -> list[int]:
     """The ids of the retained rows a replay with these criteria would publish again."""
     with _Session(database_url, pooler) as s:
-        chosen = s.run(
-            "outbox_replay_list",
-            {
-                "ids": s.ids(ids),
-                "since": s.codec.time(since),
-                "until": s.codec.time(until),
-                "limit": limit,
-            },
+        chosen: list[int] = s.run(
+            plans.replay_list(s.codec, ReplayFilter(ids, since, until, limit))
         )
-    return [int(r[0]) for r in chosen]
+    return chosen
 
 
 def replay_ids(database_url: str, ids: Sequence[int], *, pooler: Pooler = "none") -> Changed:
     """Exactly these retained rows pending again, in one transaction; missing: those not
     (or no longer) retained."""
     with _Session(database_url, pooler) as s:
-        done = _act(s, "outbox_replay", ids)
-    return Changed(done, sorted(set(ids) - set(done)))
+        changed: Changed = s.run(plans.replay(s.codec, ids))
+    return changed

@@ -1,12 +1,13 @@
 """The relay's view of the database: the Store protocol and the rows it hands out.
 
 One implementation (relay.store.sql.SqlStore) serves Postgres and SQLite, and passes
-tests/integration/test_store_conformance.py on both. Errors leave a store only as
+tests/integration/test_store_conformance*.py on both. Errors leave a store only as
 RelayError subclasses (StoreUnavailable); the SQL is in outbox_core/sql.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -211,6 +212,66 @@ class Rotated:
     skipped: int  # DDL that could not have its locks within the lock timeout
 
 
+# The most rows one listing of parked or retained rows takes when a limit is given.
+MAX_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """Which parked rows an operator action applies to; None means any. limit None: every
+    matching row."""
+
+    ids: list[int] | None = None
+    topic: str | None = None
+    key: str | None = None
+    error: str | None = None  # text the last error contains (not a pattern)
+    min_age_s: float = 0.0
+    limit: int | None = 1000
+
+    @property
+    def narrowed(self) -> bool:
+        return bool(self.ids or self.topic or self.key or self.error or self.min_age_s)
+
+
+@dataclass(frozen=True)
+class ParkedRow:
+    id: int
+    event_id: str
+    topic: str
+    key: str
+    event_type: str
+    attempts: int
+    last_error: str | None
+    age_s: float
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ParkedRow:
+        id_, event_id, topic, key, event_type, attempts, last_error, age_s = row
+        return cls(
+            int(id_), str(event_id), topic, key, event_type, int(attempts), last_error, float(age_s)
+        )
+
+
+@dataclass(frozen=True)
+class ReplayFilter:
+    """Which retained (published and kept) rows a replay takes: by id, by publish time
+    (since inclusive, until exclusive), or both; None means any."""
+
+    ids: list[int] | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    limit: int = 1000
+
+
+@dataclass(frozen=True)
+class Changed:
+    """What an operator action by id did: the ids it changed, and those asked for that
+    were not eligible (unknown, or not in the state the action needs)."""
+
+    ids: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+
+
 class Store(Protocol):
     dialect: Dialect
 
@@ -304,4 +365,29 @@ class Store(Protocol):
         """Pending rows and oldest pending age of the top tenants by pending rows, and of
         the rest together: a bounded set, for gauges (Postgres: counted above the claim
         floors, like backlog)."""
+        ...
+
+    # Operator actions (`outbox-relay parked|replay`). Parked rows are worked by no relay,
+    # so changing them needs no lease; each action by id changes only the rows still in
+    # the state it needs and names the others in Changed.missing.
+
+    async def parked_list(self, rows: RowFilter) -> list[ParkedRow]:
+        """The parked rows the filter matches, in id order, at most its limit."""
+        ...
+
+    async def parked_retry(self, ids: Sequence[int]) -> Changed:
+        """These rows, those still parked, pending again with fresh attempts (the last
+        error is kept as history)."""
+        ...
+
+    async def parked_discard(self, ids: Sequence[int]) -> Changed:
+        """These rows, those still parked, deleted: their keys' later rows go out."""
+        ...
+
+    async def replay_list(self, rows: ReplayFilter) -> list[int]:
+        """The ids of the retained rows the filter matches, in id order, at most its limit."""
+        ...
+
+    async def replay(self, ids: Sequence[int]) -> Changed:
+        """These retained rows pending again, under their id and event_id."""
         ...

@@ -25,17 +25,22 @@ from relay.errors import PoolerRefused, RelayError, StartupRefused, StoreUnavail
 from relay.store import (
     AppliedMigration,
     Backlog,
+    Changed,
     ClaimedRow,
     ClaimRequest,
     HorizonHolder,
     Lease,
+    ParkedRow,
     Policy,
+    ReplayFilter,
     Rotated,
     Rotation,
+    RowFilter,
     Settled,
     SettleRequest,
     TenantBacklog,
     TenantTurns,
+    plans,
 )
 from relay.store.file_lock import RelayFileLock
 
@@ -221,8 +226,8 @@ class SqlStore:
         return [AppliedMigration(int(v), str(n), str(c)) for v, n, c in rows]
 
     async def shard_count(self) -> int:
-        rows = await self._run(Statement("setting_get", {"name": "shard_count"}))
-        return int(rows[0][0]) if rows else 0
+        count: int = await self._plan("setting_get", plans.shard_count(), write=False)
+        return count
 
     async def max_pending_shard(self) -> int:
         return int((await self._run(Statement("outbox_shard_max")))[0][0])
@@ -310,14 +315,9 @@ class SqlStore:
         return [HorizonHolder.from_row(r) for r in _by_name(rows)]
 
     async def backlog(self, shard_count: int) -> Backlog:
-        shards = list(range(shard_count))
-        params = {
-            "shard_count": shard_count,  # SQLite
-            "shards": shards,
-            "floors": [self._floors.get(shard, 0) for shard in shards],
-        }
-        rows = await self._run(Statement("outbox_backlog", params), control=True)
-        return Backlog.from_row(rows[0])
+        plan = plans.backlog(shard_count, self._floors)
+        found: Backlog = await self._plan("outbox_backlog", plan, control=True, write=False)
+        return found
 
     async def backlog_by_tenant(self, top: int, shard_count: int) -> list[TenantBacklog]:
         shards = list(range(shard_count))
@@ -327,11 +327,16 @@ class SqlStore:
         return [TenantBacklog.from_row(r) for r in rows]
 
     async def lease_list(self) -> list[Lease]:
-        return [Lease.from_row(r) for r in await self._run(Statement("lease_list"), control=True)]
+        leases: list[Lease] = await self._plan(
+            "lease_list", plans.lease_list(), control=True, write=False
+        )
+        return leases
 
     async def replica_list_live(self) -> list[str]:
-        rows = await self._run(Statement("replica_list_live"), control=True)
-        return [str(r[0]) for r in rows]
+        live: list[str] = await self._plan(
+            "replica_list_live", plans.replica_list_live(), control=True, write=False
+        )
+        return live
 
     async def replica_roster(self) -> list[tuple[str, bool]]:
         rows = await self._run(Statement("replica_roster"), control=True)
@@ -422,6 +427,35 @@ class SqlStore:
         )
         created, dropped, skipped = rows[0]
         return Rotated(int(created), int(dropped), int(skipped))
+
+    # ---------------------------------------------------------------- operator actions
+
+    async def parked_list(self, rows: RowFilter) -> list[ParkedRow]:
+        plan = plans.parked_list(self._codec, rows)
+        found: list[ParkedRow] = await self._plan(
+            "outbox_parked_list", plan, control=True, write=False
+        )
+        return found
+
+    async def parked_retry(self, ids: Sequence[int]) -> Changed:
+        plan = plans.parked_act(self._codec, "retry", ids)
+        return await self._change("outbox_parked_retry", plan)
+
+    async def parked_discard(self, ids: Sequence[int]) -> Changed:
+        plan = plans.parked_act(self._codec, "discard", ids)
+        return await self._change("outbox_parked_discard", plan)
+
+    async def replay_list(self, rows: ReplayFilter) -> list[int]:
+        plan = plans.replay_list(self._codec, rows)
+        found: list[int] = await self._plan("outbox_replay_list", plan, control=True, write=False)
+        return found
+
+    async def replay(self, ids: Sequence[int]) -> Changed:
+        return await self._change("outbox_replay", plans.replay(self._codec, ids))
+
+    async def _change(self, what: str, plan: Plan) -> Changed:
+        changed: Changed = await self._plan(what, plan, control=True)
+        return changed
 
 
 def _by_name(rows: Rows) -> list[dict[str, Any]]:
