@@ -2,8 +2,9 @@
 its handler kept failing), with where it came from and the error in its headers.
 
 When the dead-letter topic itself can never take the record (too large with its headers,
-an invalid topic name, not authorized), the record is kept in consumer_dead_letters, in
-the consumer's own database, and its partition moves on; a metric
+an invalid topic name, not authorized, or any other refusal Kafka calls final), the record
+is kept in consumer_dead_letters, in the consumer's own database, and its partition moves
+on; a metric
 (outbox_consumer_dead_letters_kept) and an error line say so. A dead-letter send that
 fails otherwise (Kafka away) is retried; while it keeps failing with Kafka otherwise
 reachable, its partition is stuck and /healthz says so (stuck()).
@@ -197,11 +198,9 @@ class DeadLetters:
                     self._failing.setdefault(where, (time.monotonic(), first_line(exc)))
                 raise
 
-        def retriable(exc: BaseException) -> bool:
-            return kafka_retriable(exc) and dead_letter_failure(exc) is None
-
         try:
-            await self._sup.retry(f"dead-letter to {topic}", send, retriable)
+            # What is not retried is what dead_letter_failure names (or a bug: raised).
+            await self._sup.retry(f"dead-letter to {topic}", send, kafka_retriable)
         except Exception as exc:
             reason = dead_letter_failure(exc)
             if reason is None:

@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import enum
 
-from aiokafka.errors import (
-    ClusterAuthorizationFailedError,
-    InvalidTopicError,
-    KafkaError,
-    MessageSizeTooLargeError,
-    RecordTooLargeError,
-    TopicAuthorizationFailedError,
-)
-
 from outbox_core.driver_errors import classify
 from outbox_core.errors import OutboxError
+from outbox_core.kafka_faults import KafkaFault, fault_of
 
 
 class ConsumerError(OutboxError):
@@ -66,26 +58,35 @@ class DeadLetterFailure(enum.Enum):
     TOO_LARGE = "too_large"  # the record and its dead-letter headers pass a size limit
     INVALID_TOPIC = "invalid_topic"  # the dead-letter topic's name is not a valid one
     NOT_AUTHORIZED = "not_authorized"  # the consumer may not write to it
-    REFUSED = "refused"  # a stream Redis refuses to add to (no permission, another type)
+    REFUSED = (
+        "refused"  # refused for good otherwise (Kafka; Redis: no permission, a key of another type)
+    )
 
 
-_NEVER_TAKEN: tuple[tuple[type[KafkaError], DeadLetterFailure], ...] = (
-    (MessageSizeTooLargeError, DeadLetterFailure.TOO_LARGE),
-    (RecordTooLargeError, DeadLetterFailure.TOO_LARGE),
-    (InvalidTopicError, DeadLetterFailure.INVALID_TOPIC),
-    (TopicAuthorizationFailedError, DeadLetterFailure.NOT_AUTHORIZED),
-    (ClusterAuthorizationFailedError, DeadLetterFailure.NOT_AUTHORIZED),
-)
+# Each Kafka fault (outbox_core.kafka_faults: the one table of aiokafka's errors) that is
+# not retriable, as the reason a dead-letter topic can never take the record; the faults
+# not named here are retried. Every verdict is the fault's own.
+_NEVER_TAKEN: dict[KafkaFault, DeadLetterFailure] = {
+    KafkaFault.TOO_LARGE: DeadLetterFailure.TOO_LARGE,
+    KafkaFault.INVALID_TOPIC: DeadLetterFailure.INVALID_TOPIC,
+    # Differs on purpose from relay.transport.kafka (_REASONS: TOPIC_DENIED, retried): a
+    # dead letter has a place of its own when its topic refuses it (consumer_dead_letters),
+    # and waiting for an ACL would hold its partition's every later record; the relay's
+    # event has nowhere else to go, so the relay waits for the grant.
+    KafkaFault.TOPIC_DENIED: DeadLetterFailure.NOT_AUTHORIZED,
+    KafkaFault.CLUSTER_DENIED: DeadLetterFailure.NOT_AUTHORIZED,
+    KafkaFault.REFUSED: DeadLetterFailure.REFUSED,
+}
 
 
 def dead_letter_failure(exc: BaseException) -> DeadLetterFailure | None:
-    """The reason a dead-letter send can never succeed; None when a retry may."""
-    for kind, reason in _NEVER_TAKEN:
-        if isinstance(exc, kind):
-            return reason
-    return None
+    """The reason a dead-letter send can never succeed; None when a retry may, or when
+    the error is not Kafka's (a bug of ours is raised, never kept as a dead letter)."""
+    fault = fault_of(exc)
+    return None if fault is None else _NEVER_TAKEN.get(fault)
 
 
 def kafka_retriable(exc: BaseException) -> bool:
     """A Kafka client call worth repeating (start, dead-letter send, topic creation)."""
-    return isinstance(exc, KafkaError | OSError)
+    fault = fault_of(exc)
+    return fault is not None and fault.retriable

@@ -2,8 +2,9 @@
 sleeping, retrying, supervising named tasks and telling /healthz that they are alive.
 
 - `sleep` returns early when the daemon stops (or when any extra event is set).
-- `retry` is the one transport retry policy: exponential backoff with jitter, retriable
-  errors only, until it works or the daemon stops (then the last error is raised).
+- `retry` is the one retry loop: retriable errors only, until it works or the daemon stops
+  (then the last error is raised), waiting RETRY_BACKOFF's jittered waits
+  (outbox_core.backoff) between tries.
 - `spawn` runs a named loop and restarts it, after a pause, when it fails unexpectedly.
 - `tick` marks progress; `healthz` fails when no loop has ticked for too long.
 """
@@ -13,20 +14,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
+from outbox_core.backoff import BackoffPolicy
 from outbox_core.driver_errors import first_line
 from outbox_core.ops_http import Probe
 
 T = TypeVar("T")
 
-RETRY_MAX_WAIT_S = 10.0
-FIRST_RETRY_WAIT_S = 0.2  # the first backoff is up to this; each later one doubles
+# The first wait after a failed call is up to 0.2 s, each later one up to twice the last,
+# never above 10 s: a broker or database back within a second is hardly noticed, and a
+# long outage costs a try every 5-10 s.
+RETRY_BACKOFF = BackoffPolicy(base_s=0.2, max_s=10.0, jitter=True)
 RESTART_DELAY_S = 1.0
 
 
@@ -51,8 +54,11 @@ def _end(sleeper: asyncio.Future[None]) -> None:
 
 
 class Supervisor:
-    def __init__(self, log: logging.Logger) -> None:
+    def __init__(
+        self, log: logging.Logger, *, retry_backoff: BackoffPolicy = RETRY_BACKOFF
+    ) -> None:
         self.log = log
+        self.retry_backoff = retry_backoff
         self.stopping = Wake()
         self.last_tick = time.monotonic()
         self.tasks: dict[str, asyncio.Task[None]] = {}
@@ -116,17 +122,19 @@ class Supervisor:
             if self.stopping.is_set() or not retriable(exc):
                 raise
             self._log_retry(what, 1, exc)
-            await self.sleep(random.uniform(0, FIRST_RETRY_WAIT_S))
+            await self.sleep(self.retry_backoff.delay_s(0))
 
         def log_retry(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             self._log_retry(what, state.attempt_number + 1, exc)
 
-        # Attempt 1 failed above, so tenacity's attempt n is the (n + 1)th: twice the
-        # multiplier keeps the backoff where one policy from the start would have it.
+        # Attempt 1 failed above, so when tenacity's attempt n fails, n + 1 calls have.
+        def wait(state: RetryCallState) -> float:
+            return self.retry_backoff.delay_s(state.attempt_number)
+
         retrying = AsyncRetrying(
             retry=retry_if_exception(retriable),
-            wait=wait_random_exponential(multiplier=2 * FIRST_RETRY_WAIT_S, max=RETRY_MAX_WAIT_S),
+            wait=wait,
             stop=lambda _state: self.stopping.is_set(),
             sleep=self.sleep,
             before_sleep=log_retry,

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.migrate import available
 from outbox_core.ops_http import OpsServer, Probe
-from outbox_core.supervisor import RETRY_MAX_WAIT_S, Supervisor
+from outbox_core.supervisor import Supervisor
 from relay.config import RelaySettings
 from relay.control.floors import ClaimFloors
 from relay.control.gauges import Gauges
@@ -230,8 +230,10 @@ class RelayService:
         """Alive: the loops tick (lease rounds, batches, retries) at least every
         max(3 heartbeats, 30s), and the publish cycle makes progress: it settled rows, or
         found none due, within healthz_stall_s."""
-        # Retry waits reach RETRY_MAX_WAIT_S plus the attempt itself: 30s is no false alarm.
-        limit = max(3 * self.settings.leases.heartbeat_interval_s, 3 * RETRY_MAX_WAIT_S)
+        # Retry waits reach the retry backoff's cap plus the attempt itself: three of them
+        # (30 s) is no false alarm.
+        retry_cap_s = self.supervisor.retry_backoff.max_s
+        limit = max(3 * self.settings.leases.heartbeat_interval_s, 3 * retry_cap_s)
         ticking = self.supervisor.healthz(limit)
         stall_s = self.settings.healthz_stall_s
         stalled = self.observer.stalled(stall_s) if ticking.ok and stall_s else None

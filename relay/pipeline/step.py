@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from outbox_core.backoff import delay_s
+from outbox_core.backoff import BackoffError, BackoffPolicy
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import pieces
 from relay.errors import StoreUnavailable
@@ -80,6 +80,22 @@ class BatchSettings(SettingsGroup):
         description="block_key: a failing or parked row holds back later rows of its key; "
         "skip: later rows go ahead.",
     )
+
+    def backoff(self) -> BackoffPolicy:
+        """A failed row's waits, from the attempts persisted on it; jittered, so that rows
+        that failed together do not all come back together."""
+        return BackoffPolicy(self.backoff_base_s, self.backoff_max_s, jitter=True)
+
+    @model_validator(mode="after")
+    def _backoff_is_valid(self) -> BatchSettings:
+        try:
+            self.backoff()
+        except BackoffError as exc:  # inf or nan: a row would wait forever, or for nothing
+            raise ValueError(
+                "backoff_base_s (OUTBOX_BACKOFF_BASE_S) and backoff_max_s "
+                f"(OUTBOX_BACKOFF_MAX_S): {exc}"
+            ) from exc
+        return self
 
 
 class TopicSettings(SettingsGroup):
@@ -172,10 +188,8 @@ def _bytes_full(rows: list[ClaimedRow], share: int) -> bool:
 
 
 def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
-    """Exponential with jitter, from the attempts persisted on the row."""
-    return delay_s(
-        attempts_before, base_s=settings.backoff_base_s, max_s=settings.backoff_max_s, jitter=True
-    )
+    """The wait of a row that failed after attempts_before earlier failures."""
+    return settings.backoff().delay_s(attempts_before)
 
 
 # Failures that say a topic cannot take anything now, counted by topic for the operator.

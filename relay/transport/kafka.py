@@ -32,10 +32,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
+from outbox_core.kafka_faults import KafkaFault, fault_of
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.supervisor import PIECE
 from relay.transport.aiokafka_adapter import (
@@ -52,50 +52,38 @@ from relay.transport.topic_limits import FALLBACK_BATCH_BYTES, TopicLimits
 
 log = logging.getLogger("relay.topics")
 
-# The producer instance is unusable after these; a new one (new producer id) is needed.
-_FATAL = (
-    kafka_errors.ProducerClosed,
-    kafka_errors.OutOfOrderSequenceNumber,
-    kafka_errors.ProducerFenced,
-    kafka_errors.IllegalStateError,
-)
-SIZE_ERRORS = (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)
-# By class, most specific first. aiokafka marks a batch that expired while the broker was
-# away (KafkaTimeoutError) as not retriable; for the relay it is the broker being
-# unreachable, which is. A missing topic is retriable yet the topic's problem: charged to
-# its rows (with backoff, then parked) so that it cannot hold a whole shard back. A topic
-# this relay may not write, or whose partition lacks in-sync replicas, is the cluster's
-# problem, not the row's: its rows back off, uncharged (never parked for it).
-_REASONS: tuple[
-    tuple[type[BaseException] | tuple[type[BaseException], ...], FailureReason], ...
-] = (
-    (_FATAL, FailureReason.PRODUCER_BROKEN),
-    (SIZE_ERRORS, FailureReason.TOO_LARGE),
-    (kafka_errors.KafkaTimeoutError, FailureReason.TIMEOUT),
-    (kafka_errors.KafkaConnectionError, FailureReason.UNREACHABLE),
-    (kafka_errors.UnknownTopicOrPartitionError, FailureReason.UNKNOWN_TOPIC),
-    (kafka_errors.TopicAuthorizationFailedError, FailureReason.TOPIC_DENIED),
-    (
-        (kafka_errors.NotEnoughReplicasError, kafka_errors.NotEnoughReplicasAfterAppendError),
-        FailureReason.TOPIC_UNAVAILABLE,
-    ),
-    (asyncio.TimeoutError, FailureReason.TIMEOUT),
-    (OSError, FailureReason.UNREACHABLE),
-)
+# Each Kafka fault (outbox_core.kafka_faults: the one table of aiokafka's errors) as the
+# relay's reason; every reason's verdict is the fault's, but for TOPIC_DENIED.
+_REASONS: dict[KafkaFault, FailureReason] = {
+    KafkaFault.PRODUCER_BROKEN: FailureReason.PRODUCER_BROKEN,
+    KafkaFault.TOO_LARGE: FailureReason.TOO_LARGE,
+    KafkaFault.INVALID_TOPIC: FailureReason.REFUSED,
+    # Differs on purpose from consumer_lib.errors (_NEVER_TAKEN: NOT_AUTHORIZED, given
+    # up): retriable here. A topic the relay may not write is the cluster's problem, not
+    # the row's, and an event has nowhere else to go: its rows back off, uncharged (never
+    # parked for it), until the ACL is granted. A dead letter the consumer may not write
+    # has a place of its own (consumer_dead_letters), and waiting would hold its partition.
+    KafkaFault.TOPIC_DENIED: FailureReason.TOPIC_DENIED,
+    KafkaFault.CLUSTER_DENIED: FailureReason.REFUSED,
+    # Retriable yet the topic's problem: charged to its rows (with backoff, then parked)
+    # so that a missing topic cannot hold a whole shard back.
+    KafkaFault.UNKNOWN_TOPIC: FailureReason.UNKNOWN_TOPIC,
+    KafkaFault.TOPIC_UNAVAILABLE: FailureReason.TOPIC_UNAVAILABLE,  # uncharged, as TOPIC_DENIED
+    KafkaFault.TIMEOUT: FailureReason.TIMEOUT,
+    KafkaFault.UNREACHABLE: FailureReason.UNREACHABLE,
+    KafkaFault.RETRIABLE: FailureReason.RETRIABLE,
+    KafkaFault.REFUSED: FailureReason.REFUSED,
+}
 
 
 def classify(exc: BaseException) -> PublishFailed:
-    """A Kafka client error as the relay's PublishFailed, its reason by the error's class
-    (aiokafka's own `retriable` verdict for the classes not named above)."""
+    """A Kafka client error as the relay's PublishFailed, its reason by the error's fault;
+    an error that is not Kafka's is REFUSED."""
     if isinstance(exc, PublishFailed):
         return exc
     text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    for kinds, reason in _REASONS:
-        if isinstance(exc, kinds):
-            return PublishFailed(reason, text)
-    if isinstance(exc, kafka_errors.KafkaError) and getattr(exc, "retriable", False):
-        return PublishFailed(FailureReason.RETRIABLE, text)
-    return PublishFailed(FailureReason.REFUSED, text)
+    fault = fault_of(exc)
+    return PublishFailed(FailureReason.REFUSED if fault is None else _REASONS[fault], text)
 
 
 # Bytes a record adds to a batch beyond its key, value and headers (length varints,

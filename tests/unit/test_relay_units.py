@@ -113,6 +113,11 @@ def test_good_settings_load() -> None:
         ({"database_url": f"postgresql:/relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
         ({"database_url": f"relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
         ({"heartbeat_interval_s": 6.0, "lease_ttl_s": 10.0}, "OUTBOX_HEARTBEAT_INTERVAL_S"),
+        # A row would wait forever (inf), or for no time the database can store (nan).
+        ({"backoff_max_s": float("inf")}, "OUTBOX_BACKOFF_MAX_S"),
+        ({"backoff_base_s": float("inf")}, "OUTBOX_BACKOFF_BASE_S"),
+        ({"backoff_base_s": float("nan")}, "OUTBOX_BACKOFF_BASE_S"),
+        ({"backoff_max_s": 0.0}, "OUTBOX_BACKOFF_MAX_S"),
     ],
 )
 def test_bad_settings_name_the_variable_and_never_the_password(
