@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from consumer_lib.errors import ConsumerConfigError
 from outbox_core.kafka_names import TOPIC_RULE, legal_topic
@@ -78,6 +78,9 @@ class ConsumerSettings(FlatSettings):
     """Every setting of a consumer; see docs/consumer.md for the table of them."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+    # Settings written in code are what the code says: the environment and flags reach a
+    # consumer only through from_env, where they win over the values in code.
+    reads_environment: ClassVar[bool] = False
 
     bootstrap_servers: Text = Field(description="Kafka brokers, host:port,...")
     group_id: Name = Field(
@@ -160,19 +163,6 @@ class ConsumerSettings(FlatSettings):
         except ValidationError as exc:
             # from None: the validation error holds the input values, secrets among them.
             raise ConsumerSettingsError(setting_problems(ConsumerSettings, exc)) from None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Settings written in code are what the code says: the environment and flags reach
-        # a consumer only through from_env, where they win over the values in code.
-        return (init_settings,)
 
     @classmethod
     def from_env(cls, **defaults: Any) -> ConsumerSettings:

@@ -171,7 +171,10 @@ class FlatEnvSource(PydanticBaseSettingsSource):
 class FlatSettings(BaseSettings):
     """A daemon's settings: flat keyword arguments (kafka_client_id=...) as users and the
     CLI give them, and the environment read as PREFIX + flat name, nothing else (no
-    .env file, no secrets directory: those come in through *_FILE settings)."""
+    .env file, no secrets directory: those come in through *_FILE settings).
+    A model with `reads_environment = False` takes its keyword arguments alone."""
+
+    reads_environment: ClassVar[bool] = True
 
     def __init__(self, **values: Any) -> None:
         super().__init__(**nest(type(self), values))
@@ -185,6 +188,8 @@ class FlatSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if not cls.reads_environment:
+            return (init_settings,)
         prefix = str(settings_cls.model_config.get("env_prefix", ""))
         return (init_settings, FlatEnvSource(settings_cls, prefix))
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,10 @@ from consumer_lib import ConsumerConfigError, ConsumerSettings, ConsumerSettings
 from consumer_lib.cli import add_app_dir
 from consumer_lib.environment import set_flags
 
+pytestmark = pytest.mark.usefixtures("clean_consumer_env")
+
 BASE = {"bootstrap_servers": "kafka:9092", "kafka_security_protocol": "PLAINTEXT"}
 CANARY = "canary-s3cret-value"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.upper().startswith("OUTBOX_CONSUMER_"):
-            monkeypatch.delenv(name)
-    set_flags({})
-    yield
-    set_flags({})
 
 
 def test_environment_wins_over_code_and_flags_over_both(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,14 +7,14 @@ SettingFault."""
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from consumer_lib import ConsumerSettings, ConsumerSettingsError, KafkaSecurity, SettingFault
 from consumer_lib.environment import set_flags
+
+pytestmark = pytest.mark.usefixtures("clean_consumer_env")
 
 BASE: dict[str, Any] = {
     "bootstrap_servers": "kafka:9092",
@@ -145,16 +145,6 @@ CASES: list[tuple[str, Any, SettingFault | None]] = [
 ]
 
 Verdict = tuple[tuple[str | None, SettingFault], ...] | ConsumerSettings
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.upper().startswith("OUTBOX_CONSUMER_"):
-            monkeypatch.delenv(name)
-    set_flags({})
-    yield
-    set_flags({})
 
 
 def _text(value: Any) -> str:
