@@ -39,8 +39,9 @@ from consumer_lib.errors import (
 )
 from consumer_lib.event import ConsumedEvent
 from consumer_lib.observer import ConsumerStats
-from consumer_lib.settings import ConsumerSettings
+from consumer_lib.settings import ConsumerSettings, ConsumerSettingsError
 from outbox_core.kafka_security import KafkaSecurity
+from outbox_core.settings import SettingFault
 
 __all__ = [
     "ConsumedEvent",
@@ -49,6 +50,7 @@ __all__ = [
     "ConsumerConfigError",
     "ConsumerError",
     "ConsumerSettings",
+    "ConsumerSettingsError",
     "ConsumerStats",
     "Database",
     "DjangoSync",
@@ -56,6 +58,7 @@ __all__ = [
     "KafkaSecurity",
     "PoisonRecord",
     "PsycopgAsync",
+    "SettingFault",
     "SqlAlchemyAsync",
     "SqlAlchemySync",
     "TransientError",

@@ -61,9 +61,7 @@ def add_app_dir(app_dir: str) -> str:
 def app_secrets(app: ConsumerApp) -> list[str]:
     """The values of the app that must never be logged."""
     security = app.settings.security
-    found = (
-        [s for s in (security.sasl_password, security.ssl_key_password) if s] if security else []
-    )
+    found = [s for s in (security.sasl_password, security.ssl_key_password) if s]
     database_secrets = getattr(app.database, "secrets", None)
     if callable(database_secrets):
         found += database_secrets()

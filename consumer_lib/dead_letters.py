@@ -31,8 +31,9 @@ from aiokafka.errors import (
 
 from consumer_lib.errors import DeadLetterFailure, dead_letter_failure, kafka_retriable
 from consumer_lib.event import SourceRecord
-from consumer_lib.settings import ConsumerSettings, kafka_options, valid_topic_name
+from consumer_lib.settings import ConsumerSettings, kafka_options
 from outbox_core.driver_errors import first_line
+from outbox_core.kafka_names import legal_topic
 from outbox_core.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class DeadLetters:
         where = (record.topic, record.partition)
 
         async def send() -> None:
-            if not valid_topic_name(topic):  # aiokafka would wait for its metadata, then fail
+            if not legal_topic(topic):  # aiokafka would wait for its metadata, then fail
                 raise InvalidTopicError(f"{topic!r} is not a valid Kafka topic name")
             try:
                 await self._producer.send_and_wait(
@@ -244,7 +245,7 @@ class DeadLetters:
         try:
             existing = set(await admin.list_topics())
             names = {self.settings.dead_letter_topic_for(t) for t in self.topics}
-            invalid = sorted(n for n in names if not valid_topic_name(n))
+            invalid = sorted(n for n in names if not legal_topic(n))
             if invalid:
                 log.error(
                     "dead-letter topic names Kafka refuses: their dead letters are kept in "

@@ -1,56 +1,168 @@
-"""How a consumer runs: ConsumerSettings, checked when it is made."""
+"""How a consumer runs: ConsumerSettings, one pydantic model with one set of bounds.
+
+The same model is made in code, ConsumerSettings(group_id="billing", ...), and from the
+environment and `outbox-consumer run` flags, ConsumerSettings.from_env(...)
+(consumer_lib.environment): a value is accepted or refused the same way whichever way it
+comes. Names are flat, as the relay's are (outbox_core.settings): the Kafka security is
+the `kafka_security` group, given in code as security=KafkaSecurity(...) or by its flat
+names (kafka_security_protocol=...), from the environment as
+OUTBOX_CONSUMER_KAFKA_SECURITY_PROTOCOL and its siblings.
+"""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from consumer_lib.errors import ConsumerConfigError
-from outbox_core.kafka_security import KafkaSecurity, KafkaSecurityError
+from outbox_core.kafka_names import TOPIC_RULE, legal_topic
+from outbox_core.kafka_security import KafkaSecurity, KafkaSecuritySettings
+from outbox_core.settings import FlatSettings, SettingProblem, setting_problems
 
+ENV_PREFIX = "OUTBOX_CONSUMER_"
 MissingIdPolicy = Literal["dead_letter", "process", "skip"]
 
-# Kafka's rule for topic names; a client sending to any other only times out.
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+# Counts and sizes beyond this are a typo, not a setting.
+_MAX_INT = 2**31 - 1
+# A duration past ten years is a typo too; far sooner than a float overflows, Postgres
+# refuses the interval (the purge's `now() - retention_s * interval '1 second'`).
+_MAX_SECONDS = 10 * 365 * 24 * 3600.0
+# group_id is in the primary key of every processed_events row, whose index entries
+# Postgres refuses past about 2.7 kB; client_id travels in every Kafka request header.
+_MAX_NAME_CHARS = 255
 
 
-def valid_topic_name(name: str) -> bool:
-    return bool(_TOPIC_NAME.match(name)) and name not in (".", "..")
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or blank")
+    return value
 
 
-@dataclass(frozen=True)
-class ConsumerSettings:
-    bootstrap_servers: str
-    group_id: str
-    dead_letter_topic: str | None = None  # default: "<topic>.DLT"
-    max_attempts: int = 5  # handler failures of one record before it is dead-lettered
-    backoff_base_s: float = 0.2
-    backoff_max_s: float = 10.0
-    missing_event_id: MissingIdPolicy = "dead_letter"
-    unhandled: Literal["skip", "dead_letter"] = "skip"
-    max_concurrent_partitions: int = 4
-    max_records: int = 500  # records per fetch (getmany), all partitions together
-    # Batch apply: a partition's consecutive records of one fetch share a transaction, up to
-    # batch_max_records records and batch_max_bytes of keys and values. batch=False: a
-    # transaction per record, for every handler (a handler opts out alone with batch=False).
-    batch: bool = True
-    batch_max_records: int = 500
-    batch_max_bytes: int = 1024 * 1024
-    retention_s: float = 30 * 24 * 3600.0
-    purge_interval_s: float = 300.0
-    purge_batch_size: int = 1000
-    shutdown_grace_s: float = 20.0
-    client_id: str = "outbox-consumer"
-    create_dead_letter_topics: bool = True  # at start, when missing (brokers rarely auto-create)
-    # How to talk to Kafka; required: KafkaSecurity(protocol="SSL", ...), or
-    # KafkaSecurity.plaintext() to allow an unencrypted connection explicitly.
-    security: KafkaSecurity | None = None
-    # Ops endpoint (/metrics, /healthz, /readyz); None: off, 0: any free port.
-    http_port: int | None = None
-    http_host: str = "127.0.0.1"  # 0.0.0.0 to let Prometheus scrape it from outside
-    lag_interval_s: float = 5.0  # how often the lag gauges are refreshed (never per scrape)
-    stall_after_s: float = 60.0  # /healthz fails when the loop has not ticked for this long
+def _topic_name(value: str) -> str:
+    if not legal_topic(value):
+        raise ValueError(f"not a Kafka topic name ({TOPIC_RULE})")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_not_blank)]
+Name = Annotated[str, Field(max_length=_MAX_NAME_CHARS), AfterValidator(_not_blank)]
+TopicName = Annotated[str, AfterValidator(_topic_name)]
+Count = Annotated[int, Field(ge=1, le=_MAX_INT)]
+# A wait of 0 would make the loop it paces spin.
+Seconds = Annotated[float, Field(gt=0, le=_MAX_SECONDS, allow_inf_nan=False)]
+
+
+class ConsumerKafkaSecurity(KafkaSecuritySettings):
+    env_names: ClassVar[str] = (
+        "security=KafkaSecurity(...) or KafkaSecurity.plaintext() in code; "
+        "OUTBOX_CONSUMER_KAFKA_SECURITY_PROTOCOL, OUTBOX_CONSUMER_KAFKA_SSL_*, "
+        "OUTBOX_CONSUMER_KAFKA_SASL_*"
+    )
+
+
+class ConsumerSettingsError(ConsumerConfigError):
+    """Settings refused: `problems` holds each refused setting and what is wrong with it
+    (SettingFault), the same whether it was given in code, the environment or a flag."""
+
+    def __init__(self, problems: Sequence[SettingProblem]) -> None:
+        self.problems = tuple(problems)
+        lines = [problem.line(ENV_PREFIX) for problem in self.problems]
+        super().__init__("invalid consumer configuration:\n" + "\n".join(lines))
+
+
+class ConsumerSettings(FlatSettings):
+    """Every setting of a consumer; see docs/consumer.md for the table of them."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+    # Settings written in code are what the code says: the environment and flags reach a
+    # consumer only through from_env, where they win over the values in code.
+    reads_environment: ClassVar[bool] = False
+
+    bootstrap_servers: Text = Field(description="Kafka brokers, host:port,...")
+    group_id: Name = Field(
+        description="The consumer group (also the dedup scope); at most 255 characters."
+    )
+    kafka_security: ConsumerKafkaSecurity = Field(default_factory=ConsumerKafkaSecurity)
+    dead_letter_topic: TopicName | None = Field(
+        default=None,
+        description="Where poison records go, a Kafka topic name; unset: <topic>.DLT.",
+    )
+    max_attempts: Count = Field(
+        default=5, description="Handler failures of one record before it is dead-lettered."
+    )
+    backoff_base_s: Seconds = Field(
+        default=0.2,
+        description="First retry delay (seconds), doubled at each failure; above 0, or a "
+        "failing handler or an unreachable database would be retried in a tight loop.",
+    )
+    backoff_max_s: Seconds = Field(default=10.0, description="Longest retry delay (seconds).")
+    missing_event_id: MissingIdPolicy = Field(
+        default="dead_letter",
+        description="A record without an event_id header: dead_letter, process or skip.",
+    )
+    unhandled: Literal["skip", "dead_letter"] = Field(
+        default="skip", description="A record no handler is registered for: skip or dead_letter."
+    )
+    max_concurrent_partitions: Count = Field(
+        default=4, description="Partitions applied at the same time."
+    )
+    max_records: Count = Field(default=500, description="Records per fetch, all partitions.")
+    batch: bool = Field(
+        default=True,
+        description="Apply a partition's consecutive records of a fetch in one transaction "
+        "(off: one each; a handler opts out alone with batch=False).",
+    )
+    batch_max_records: Count = Field(default=500, description="Records in one transaction.")
+    batch_max_bytes: Count = Field(
+        default=1024 * 1024, description="Bytes of keys and values in one transaction."
+    )
+    retention_s: Seconds = Field(
+        default=30 * 24 * 3600.0,
+        description="How long processed_events rows are kept: longer than any replay window, "
+        "or a replayed event is applied again.",
+    )
+    purge_interval_s: Seconds = Field(default=300.0, description="How often they are purged.")
+    purge_batch_size: Count = Field(default=1000, description="Rows deleted per purge statement.")
+    shutdown_grace_s: float = Field(
+        default=20.0,
+        ge=0,
+        le=_MAX_SECONDS,
+        allow_inf_nan=False,
+        description="On SIGTERM, how long the records in hand may take to finish (0: none).",
+    )
+    client_id: Name = Field(default="outbox-consumer", description="Kafka client id.")
+    create_dead_letter_topics: bool = Field(
+        default=True,
+        description="Create missing dead-letter topics at start (brokers rarely auto-create).",
+    )
+    http_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of /metrics, /healthz and /readyz (0: any free port); unset: off.",
+    )
+    http_host: Text = Field(
+        default="127.0.0.1",
+        description="Address of the ops endpoint; 0.0.0.0 to let Prometheus scrape it.",
+    )
+    lag_interval_s: Seconds = Field(
+        default=5.0, description="How often the lag gauges are refreshed (never per scrape)."
+    )
+    stall_after_s: Seconds = Field(
+        default=60.0, description="/healthz fails when the loop has not ticked for this long."
+    )
+
+    def __init__(self, **values: Any) -> None:
+        # Declared here, not only on FlatSettings, so type checkers take flat names too.
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            # from None: the validation error holds the input values, secrets among them.
+            raise ConsumerSettingsError(setting_problems(ConsumerSettings, exc)) from None
 
     @classmethod
     def from_env(cls, **defaults: Any) -> ConsumerSettings:
@@ -60,42 +172,37 @@ class ConsumerSettings:
 
         return settings_from_env(**defaults)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _security_object(cls, data: Any) -> Any:
+        """security=KafkaSecurity(...), as code gives it, becomes the kafka_security group."""
+        if not isinstance(data, dict) or "security" not in data:
+            return data
+        data = dict(data)
+        security = data.pop("security")
+        if security is None:
+            return data
+        if not isinstance(security, KafkaSecurity):
+            raise ValueError(f"security must be a KafkaSecurity, not {type(security).__name__}")
+        if data.get("kafka_security"):
+            raise ValueError("give the Kafka security once: security=... or kafka_security_*")
+        data["kafka_security"] = security.settings_values()
+        return data
+
+    @model_validator(mode="after")
+    def _security_chosen(self) -> ConsumerSettings:
+        self.kafka_security.check()  # unlike the relay's, a consumer always talks to Kafka
+        return self
+
+    @cached_property
+    def security(self) -> KafkaSecurity:
+        """The Kafka security options, secrets read (from their files when given so)."""
+        return self.kafka_security.resolve()
+
     def dead_letter_topic_for(self, topic: str) -> str:
         return self.dead_letter_topic or f"{topic}.DLT"
-
-    def __post_init__(self) -> None:
-        if self.security is None:
-            raise ConsumerConfigError(
-                "choose the Kafka security: ConsumerSettings(security=KafkaSecurity(protocol="
-                '"SSL" or "SASL_SSL", ...)), or security=KafkaSecurity.plaintext() to allow '
-                "PLAINTEXT explicitly"
-            )
-        try:
-            self.security.check()
-        except KafkaSecurityError as exc:
-            raise ConsumerConfigError(f"Kafka security: {exc}") from None
-        if self.dead_letter_topic is not None and not valid_topic_name(self.dead_letter_topic):
-            raise ConsumerConfigError(
-                f"dead_letter_topic {self.dead_letter_topic!r} is not a valid Kafka topic name "
-                "(1 to 249 of a-z, A-Z, 0-9, '.', '_', '-')"
-            )
-        if not self.group_id.strip():
-            raise ConsumerConfigError("group_id must not be empty")
-        if self.max_attempts < 1 or self.max_concurrent_partitions < 1 or self.max_records < 1:
-            raise ConsumerConfigError(
-                "max_attempts, max_concurrent_partitions and max_records must be at least 1"
-            )
-        if self.batch_max_records < 1 or self.batch_max_bytes < 1:
-            raise ConsumerConfigError("batch_max_records and batch_max_bytes must be at least 1")
-        if self.missing_event_id not in ("dead_letter", "process", "skip"):
-            raise ConsumerConfigError("missing_event_id must be dead_letter, process or skip")
-        if self.http_port is not None and not 0 <= self.http_port <= 65535:
-            raise ConsumerConfigError("http_port must be in 0..65535 (or None for no endpoint)")
-        if self.lag_interval_s <= 0 or self.stall_after_s <= 0:
-            raise ConsumerConfigError("lag_interval_s and stall_after_s must be positive")
 
 
 def kafka_options(settings: ConsumerSettings) -> dict[str, Any]:
     """The security options every Kafka client of the consumer is made with."""
-    assert settings.security is not None  # checked in ConsumerSettings
     return settings.security.client_options()

@@ -60,6 +60,20 @@ class KafkaSecurity:
         """An unencrypted, unauthenticated connection: for local development and tests."""
         return cls(protocol="PLAINTEXT")
 
+    def settings_values(self) -> dict[str, Any]:
+        """The same options as KafkaSecuritySettings values (resolve() is the way back)."""
+        return {
+            "security_protocol": self.protocol,
+            "ssl_cafile": self.ssl_cafile,
+            "ssl_certfile": self.ssl_certfile,
+            "ssl_keyfile": self.ssl_keyfile,
+            "ssl_key_password": self.ssl_key_password,
+            "ssl_check_hostname": self.ssl_check_hostname,
+            "sasl_mechanism": self.sasl_mechanism,
+            "sasl_username": self.sasl_username,
+            "sasl_password": self.sasl_password,
+        }
+
     def check(self) -> None:
         """Raises KafkaSecurityError naming what is missing or wrong."""
         if self.protocol is None:

@@ -10,6 +10,7 @@ its group. Flat keyword arguments are accepted too (`load_settings(kafka_client_
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -147,6 +148,10 @@ class FlatEnvSource(PydanticBaseSettingsSource):
         return None, field_name, False  # __call__ does the work for all fields at once
 
     def __call__(self) -> dict[str, Any]:
+        return nest(self.settings_cls, self.flat())
+
+    def flat(self) -> dict[str, Any]:
+        """The values set in the environment, by flat name."""
         environ = {k.upper(): v for k, v in os.environ.items()}
         found: dict[str, Any] = {}
         for field in flat_fields(self.settings_cls):
@@ -160,13 +165,16 @@ class FlatEnvSource(PydanticBaseSettingsSource):
                 except json.JSONDecodeError:
                     value = raw  # validation reports it as the wrong type
             found[field.name] = value
-        return nest(self.settings_cls, found)
+        return found
 
 
 class FlatSettings(BaseSettings):
     """A daemon's settings: flat keyword arguments (kafka_client_id=...) as users and the
     CLI give them, and the environment read as PREFIX + flat name, nothing else (no
-    .env file, no secrets directory: those come in through *_FILE settings)."""
+    .env file, no secrets directory: those come in through *_FILE settings).
+    A model with `reads_environment = False` takes its keyword arguments alone."""
+
+    reads_environment: ClassVar[bool] = True
 
     def __init__(self, **values: Any) -> None:
         super().__init__(**nest(type(self), values))
@@ -180,20 +188,83 @@ class FlatSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if not cls.reads_environment:
+            return (init_settings,)
         prefix = str(settings_cls.model_config.get("env_prefix", ""))
         return (init_settings, FlatEnvSource(settings_cls, prefix))
+
+
+class SettingFault(enum.Enum):
+    """What is wrong with a setting, whichever way it was given (code, environment, flag)."""
+
+    MISSING = "missing"  # a required setting was not given
+    UNKNOWN = "unknown"  # no setting has this name
+    WRONG_TYPE = "wrong_type"  # not a number, a boolean, a text... as the setting is
+    OUT_OF_RANGE = "out_of_range"  # a number or a length past the setting's bounds
+    NOT_FINITE = "not_finite"  # NaN or an infinity
+    NOT_A_CHOICE = "not_a_choice"  # none of the values the setting allows
+    INVALID = "invalid"  # the setting's own rule refuses it (a topic name, a blank text)
+
+
+_FAULTS = {
+    "missing": SettingFault.MISSING,
+    "extra_forbidden": SettingFault.UNKNOWN,
+    "greater_than": SettingFault.OUT_OF_RANGE,
+    "greater_than_equal": SettingFault.OUT_OF_RANGE,
+    "less_than": SettingFault.OUT_OF_RANGE,
+    "less_than_equal": SettingFault.OUT_OF_RANGE,
+    "string_too_short": SettingFault.OUT_OF_RANGE,
+    "string_too_long": SettingFault.OUT_OF_RANGE,
+    "too_short": SettingFault.OUT_OF_RANGE,
+    "too_long": SettingFault.OUT_OF_RANGE,
+    "finite_number": SettingFault.NOT_FINITE,
+    "literal_error": SettingFault.NOT_A_CHOICE,
+    "enum": SettingFault.NOT_A_CHOICE,
+}
+
+
+def _fault(error_type: str) -> SettingFault:
+    found = _FAULTS.get(error_type)
+    if found is not None:
+        return found
+    # pydantic's int_parsing, float_type, bool_parsing, int_from_float, string_type ...
+    if error_type.endswith(("_type", "_parsing", "_from_float")):
+        return SettingFault.WRONG_TYPE
+    return SettingFault.INVALID
+
+
+@dataclass(frozen=True)
+class SettingProblem:
+    """One refused setting: its flat name (None for a check across settings, whose
+    message names them), what is wrong, and pydantic's message (never the value)."""
+
+    name: str | None
+    fault: SettingFault
+    message: str
+    where: str = ""  # the first element of the error's location when it names no setting
+
+    def line(self, prefix: str) -> str:
+        where = f"{self.name} ({prefix}{self.name.upper()})" if self.name else self.where
+        return f"  {where}: {self.message}"
+
+
+def setting_problems(model: type[BaseModel], exc: ValidationError) -> list[SettingProblem]:
+    """The errors of a validation, one per refused setting, by flat name."""
+    problems = []
+    for err in exc.errors(include_input=False, include_url=False):
+        loc = tuple(err["loc"])
+        problems.append(
+            SettingProblem(
+                flat_name(model, loc),
+                _fault(err["type"]),
+                err["msg"],
+                str(loc[0]) if loc else "settings",
+            )
+        )
+    return problems
 
 
 def describe_errors(model: type[BaseModel], exc: ValidationError, prefix: str) -> list[str]:
     """One line per error: `flat_name (ENV_NAME): message`; input values are never shown
     (they may hold secrets)."""
-    lines = []
-    for err in exc.errors(include_input=False, include_url=False):
-        name = flat_name(model, tuple(err["loc"]))
-        where = (
-            f"{name} ({prefix}{name.upper()})"
-            if name
-            else str(err["loc"][0] if err["loc"] else "settings")
-        )
-        lines.append(f"  {where}: {err['msg']}")
-    return lines
+    return [problem.line(prefix) for problem in setting_problems(model, exc)]

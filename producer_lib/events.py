@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from outbox_core.kafka_names import MAX_TOPIC_CHARS, TOPIC_RULE, legal_topic
 from outbox_core.sharding import shard_for
 from outbox_core.tenants import MAX_TENANT_CHARS
 from producer_lib.errors import InvalidEvent, PayloadTooLarge
@@ -17,8 +17,6 @@ from producer_lib.headers import build_headers, validate_user_headers
 from producer_lib.idempotency import body_hash
 from producer_lib.serialization import Serializer, serialize
 
-# Kafka's own rule for topic names.
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 MAX_KEY_CHARS = 1024
 MAX_EVENT_TYPE_CHARS = 255
 MAX_IDEMPOTENCY_KEY_CHARS = 255
@@ -134,10 +132,10 @@ def prepare(
     event: Event, *, serializer: Serializer, shard_count: int, max_event_bytes: int
 ) -> EventRow:
     """Validate and serialize; raises an InvalidEvent subclass before anything is written."""
-    topic = _require_text(event.topic, "topic", 249)
-    if not _TOPIC.match(topic):
+    topic = _require_text(event.topic, "topic", MAX_TOPIC_CHARS)
+    if not legal_topic(topic):
         raise InvalidEvent(
-            f"topic {topic!r} may only hold letters, digits, '.', '_' and '-'", field="topic"
+            f"topic {topic!r} is not a Kafka topic name ({TOPIC_RULE})", field="topic"
         )
     key = _require_text(event.key, "key", MAX_KEY_CHARS)
     event_type = _require_text(event.event_type, "event_type", MAX_EVENT_TYPE_CHARS)

@@ -65,6 +65,19 @@ def pg(migrated_pg_url: str) -> Backend:
 
 
 @pytest.fixture
+def clean_consumer_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No OUTBOX_CONSUMER_* variable and no `outbox-consumer run` flag around the test."""
+    from consumer_lib.environment import set_flags
+
+    for name in list(os.environ):
+        if name.upper().startswith("OUTBOX_CONSUMER_"):
+            monkeypatch.delenv(name)
+    set_flags({})
+    yield
+    set_flags({})
+
+
+@pytest.fixture
 def sqlite_path(tmp_path: Path) -> Path:
     """Path of a SQLite database file owned by this test (not yet created)."""
     return tmp_path / "outbox.sqlite3"

@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from enum import Enum
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.producer.message_accumulator import BatchBuilder
+
+from outbox_core.kafka_names import legal_topic
 
 __all__ = ["BatchBuilder", "TopicDirectory", "TopicState", "record_batch"]
 
@@ -53,9 +54,6 @@ class TopicState(Enum):
     INVALID = "invalid"  # not a legal Kafka topic name: it can never exist
 
 
-# Kafka's rule for topic names (kafka.common.internals.Topic): checked here so a row
-# naming an impossible topic is refused at once instead of looked up again and again.
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 LOOK_AGAIN_S = 10.0  # a missing or denied topic is looked up again after this
 MAX_TRACKED = 10_000  # topics remembered as missing/denied (rows can name any topic)
 _SAY = {
@@ -93,7 +91,7 @@ class TopicDirectory:
             verdict[0] is TopicState.INVALID or verdict[1] > time.monotonic()
         ):
             return verdict[0]
-        if _LEGAL.fullmatch(topic) is None or topic in (".", ".."):
+        if not legal_topic(topic):  # judged at once, never looked up again and again
             self._judge(topic, TopicState.INVALID)
             return TopicState.INVALID
         self._want(topic)

@@ -7,27 +7,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from consumer_lib import ConsumerConfigError, ConsumerSettings
+from consumer_lib import ConsumerConfigError, ConsumerSettings, ConsumerSettingsError, SettingFault
 from consumer_lib.cli import add_app_dir
 from consumer_lib.environment import set_flags
 
+pytestmark = pytest.mark.usefixtures("clean_consumer_env")
+
 BASE = {"bootstrap_servers": "kafka:9092", "kafka_security_protocol": "PLAINTEXT"}
 CANARY = "canary-s3cret-value"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.upper().startswith("OUTBOX_CONSUMER_"):
-            monkeypatch.delenv(name)
-    set_flags({})
-    yield
-    set_flags({})
 
 
 def test_environment_wins_over_code_and_flags_over_both(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,7 +35,7 @@ def test_environment_wins_over_code_and_flags_over_both(monkeypatch: pytest.Monk
     assert (s.group_id, s.max_attempts) == ("from-flag", 4)
 
 
-def test_defaults_are_the_dataclass_defaults() -> None:
+def test_defaults_are_the_same_in_code_and_from_the_environment() -> None:
     from_env = ConsumerSettings.from_env(group_id="g", **BASE)
     in_code = ConsumerSettings(
         bootstrap_servers="kafka:9092", group_id="g", security=from_env.security
@@ -90,8 +81,12 @@ def test_the_security_protocol_must_be_chosen() -> None:
 
 
 def test_an_unknown_setting_in_code_is_refused() -> None:
-    with pytest.raises(ConsumerConfigError, match="no such consumer setting: max_atempts"):
-        ConsumerSettings.from_env(group_id="g", max_atempts=3, **BASE)
+    for make in (ConsumerSettings, ConsumerSettings.from_env):
+        with pytest.raises(ConsumerSettingsError) as err:
+            make(group_id="g", max_atempts=3, **BASE)
+        assert [(p.name, p.fault) for p in err.value.problems] == [
+            ("max_atempts", SettingFault.UNKNOWN)
+        ]
 
 
 def test_secrets_come_from_files_and_are_never_shown(

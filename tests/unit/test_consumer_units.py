@@ -139,7 +139,9 @@ async def test_async_adapters_refuse_a_sync_handler_naming_it() -> None:
     "over", [{"batch_max_records": 0}, {"batch_max_bytes": 0}], ids=lambda o: next(iter(o))
 )
 def test_batch_bounds_must_be_positive(over: dict[str, Any]) -> None:
-    with pytest.raises(ConsumerConfigError, match="batch_max_records and batch_max_bytes"):
+    with pytest.raises(
+        ConsumerConfigError, match=f"{next(iter(over))} .*greater than or equal to 1"
+    ):
         ConsumerSettings(
             bootstrap_servers="b", group_id="g", security=KafkaSecurity.plaintext(), **over
         )

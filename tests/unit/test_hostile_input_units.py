@@ -1,5 +1,5 @@
 """Hostile input at the edges, without services: operator output escaping, NOTIFY
-payloads, dead-letter failure reasons, topic names, decoding."""
+payloads, dead-letter failure reasons, decoding (topic names: test_kafka_names.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from aiokafka.errors import (
 from consumer_lib.errors import DeadLetterFailure, PoisonRecord, dead_letter_failure
 from consumer_lib.event import decode
 from consumer_lib.redis_entries import entry_record
-from consumer_lib.settings import valid_topic_name
 from relay.control.notify import _Payloads
 from relay.ops.cli_admin import limit, printable, row_id
 
@@ -73,13 +72,6 @@ def test_dead_letter_failures_that_can_never_succeed(
     error: Exception, reason: DeadLetterFailure | None
 ) -> None:
     assert dead_letter_failure(error) is reason
-
-
-def test_topic_names_kafka_refuses() -> None:
-    assert valid_topic_name("orders.DLT")
-    assert valid_topic_name("a" * 249)
-    for bad in ("", ".", "..", "a" * 250, "bad name", "orders/eu", "é"):
-        assert not valid_topic_name(bad)
 
 
 def _entry(payload: bytes, **headers: bytes) -> Any:

@@ -49,7 +49,7 @@ def test_consumer_ops_settings_are_checked(bad: dict[str, float]) -> None:
             security=KafkaSecurity.plaintext(),
             bootstrap_servers="kafka:9092",
             group_id="g",
-            **bad,  # type: ignore[arg-type]
+            **bad,
         )
 
 
