@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 import psycopg
 
-from bench import procstat
 from bench.compare.audit import Audit, audit_topic
-from bench.compare.common import SAMPLE_S, Q, loadavg
+from bench.compare.common import SAMPLE_S, Q
 from bench.compare.context import Context
-from bench.compare.processes import Proc
 from bench.compare.services import Services
-from bench.compare.topics import TopicCounter
+from bench.shared import procstat
+from bench.shared.processes import Proc
+from bench.shared.procstat import loadavg
+from bench.shared.topics import TopicCounter
 
 
 @dataclass

@@ -15,8 +15,8 @@ import psycopg
 from aiokafka import AIOKafkaConsumer
 
 from bench.consume.clock import Clock, ClockedDatabase
-from bench.database import load_sql
-from bench.orders import EVENT_TYPE
+from bench.shared.database import load_sql
+from bench.shared.orders import EVENT_TYPE
 from consumer_lib import (
     ConsumedEvent,
     Consumer,

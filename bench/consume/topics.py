@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from bench.orders import EVENT_TYPE, make_orders, order_payload
+from bench.shared.orders import EVENT_TYPE, make_orders, order_payload
 from producer_lib import Outbox
 
 
