@@ -23,10 +23,10 @@ from consumer_lib import (
     ConsumerApp,
     ConsumerSettings,
     Database,
+    Handler,
     PsycopgAsync,
     SqlAlchemyAsync,
 )
-from consumer_lib.database import Handler
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.queries import query
 
