@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from bench.registry import BENCHES, find
+from bench.registry import BENCHES, BY_NAME
 
 
 def listing() -> str:
@@ -21,11 +21,11 @@ def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("list", "-h", "--help"):
         print(listing())
         return 0
-    bench = find(argv[0])
+    bench = BY_NAME.get(argv[0])
     if bench is None:
         print(f"python -m bench: no bench {argv[0]!r}\n\n{listing()}", file=sys.stderr)
         return 2
-    code: int = importlib.import_module(bench.module).main(list(argv[1:]))
+    code: int = importlib.import_module(f"bench.{bench.name}").main(list(argv[1:]))
     return code
 
 

@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import os
 import platform
-import sys
 import uuid
 from collections.abc import Sequence
 
@@ -55,10 +54,11 @@ from bench.consume.contenders import (
     variants,
 )
 from bench.consume.report import Result, print_table, versions
-from bench.consume.topics import drop_topics, fill_topics
+from bench.consume.topics import fill_topics
 from bench.shared.cli import add_services, check_services, numbers, parser, run_guarded
 from bench.shared.database import private_database, server_version
 from bench.shared.orders import DISTINCT_KEYS
+from bench.shared.topics import delete_topics
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -141,11 +141,7 @@ async def run(args: argparse.Namespace) -> int:
                         flush=True,
                     )
         finally:
-            if topics:
-                try:
-                    await drop_topics(args.bootstrap, list(topics.values()))
-                except Exception as exc:
-                    print(f"consumer_throughput: cleanup: {exc}", file=sys.stderr)
+            await delete_topics(args.bootstrap, list(topics.values()))
 
     if DISTURBED:
         print("\nDISTURBED runs (rerun for clean numbers):\n  " + "\n  ".join(DISTURBED))

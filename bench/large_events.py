@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +57,7 @@ from aiokafka import AIOKafkaProducer
 from bench.compare.services import Services
 from bench.shared.cli import add_services, check_services, parser, run_guarded
 from bench.shared.database import load_sql, private_database
-from bench.shared.processes import Proc, launch, relay_env
+from bench.shared.processes import Proc, launch, poll_until, relay_env
 from bench.shared.procstat import cpu_between, cpu_seconds, loadavg, sample, total_cpu
 from bench.shared.tables import markdown_table
 from bench.shared.topics import TopicCounter, private_topic
@@ -245,26 +245,6 @@ def write_backlog(url: str, args: argparse.Namespace, size: int) -> None:
                     for i in range(start, min(args.events, start + 10))
                 ],
             )
-
-
-def unpublished(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(Q["large_unpublished"]).fetchone()
-    return int(row[0]) if row else 0
-
-
-async def poll_until(
-    done: Callable[[], Awaitable[bool]], proc: Proc, timeout_s: float, what: str
-) -> None:
-    """Every 20 ms until done(); raises once proc (the relay, or the floor loop) has exited
-    or timeout_s has passed."""
-    deadline = time.monotonic() + timeout_s
-    while not await done():
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} in {timeout_s:.0f} s:\n{proc.tail()}")
-        await asyncio.sleep(0.02)
 
 
 async def wait_drained(url: str, relay: Proc, timeout_s: float) -> None:

@@ -16,10 +16,6 @@ class Bench:
     anchor: str  # a heading of docs/benchmarks.md
 
     @property
-    def module(self) -> str:
-        return f"bench.{self.name}"
-
-    @property
     def docs(self) -> str:
         return f"{DOCS}#{self.anchor}"
 
@@ -69,7 +65,4 @@ BENCHES = (
         "summary",
     ),
 )
-
-
-def find(name: str) -> Bench | None:
-    return next((b for b in BENCHES if b.name == name), None)
+BY_NAME = {bench.name: bench for bench in BENCHES}

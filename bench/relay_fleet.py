@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -111,109 +112,96 @@ async def one_fleet(
     floor_client: str = "aiokafka",
 ) -> FleetRun:
     """size relays, or with floor_gather bench/steady_floor.py's loop sleeping that long
-    on floor_client."""
-    base, bootstrap = args.database_url, args.bootstrap
+    on floor_client, on a private database and topic."""
     prefix = f"bench-fleet-{uuid.uuid4().hex[:8]}."
-    procs: list[Proc] = []
-    with private_database(base, "bench_fleet") as (url, dbname):
-        async with private_topic(bootstrap, prefix + TOPIC, args.partitions, APPEND_TIME) as topic:
-            try:
-                return await measure_fleet(
-                    args, url, dbname, topic, size, logdir, procs, floor_gather, floor_client
-                )
-            finally:
-                for p in procs:
-                    p.stop()
-
-
-async def measure_fleet(
-    args: argparse.Namespace,
-    url: str,
-    dbname: str,
-    topic: str,
-    size: int,
-    logdir: Path,
-    procs: list[Proc],
-    floor_gather: float | None,
-    floor_client: str,
-) -> FleetRun:
-    """The fleet (or the floor loop) launched into procs, its idle and steady figures."""
-    base, bootstrap = args.database_url, args.bootstrap
-    env = relay_env(url, bootstrap, topic.removesuffix(TOPIC))
-    env["OUTBOX_ACTIVE_REPLICAS"] = str(args.active_replicas)
-    env["OUTBOX_LOG_LEVEL"] = "WARNING"
-    env.update(item.split("=", 1) for item in args.env)
-    if floor_gather is None:
-        label = str(size)
-        launched = launch_relays(env, size, f"relay-{size}", logdir)
-        procs += launched.values()
-        ports = list(launched)
-    else:
-        label = f"floor {floor_gather:g} s" + (
-            "" if floor_client == "aiokafka" else f" {floor_client}"
+    async with contextlib.AsyncExitStack() as stack:
+        url, dbname = stack.enter_context(private_database(args.database_url, "bench_fleet"))
+        topic = await stack.enter_async_context(
+            private_topic(args.bootstrap, prefix + TOPIC, args.partitions, APPEND_TIME)
         )
-        cmd = [sys.executable, "-m", "bench", "steady_floor", "--gather-s", str(floor_gather)]
-        cmd += ["--client", floor_client]
-        procs.append(launch(f"floor-{floor_gather:g}-{floor_client}", cmd, env, logdir))
-        ports = []
+        procs: list[Proc] = []
 
-    async def arrived(wanted: range, timeout_s: float) -> dict[int, float]:
-        return await appended(bootstrap, topic, args.partitions, wanted, timeout_s)
+        def stop() -> None:
+            for p in procs:
+                p.stop()
 
-    seq = await warm_up(url, args.keys, procs[0], arrived)
-    # Backends flush their statistics at most every 10 s when idle.
-    await asyncio.sleep(12.0)
-    cpu0, tx0, t0 = _cpu(procs), statements(base, dbname), time.monotonic()
-    counted = _counters(ports)
-    await asyncio.sleep(args.idle_s)
-    elapsed = time.monotonic() - t0
-    idle_counts = _rates(counted, _counters(ports), elapsed)
-    idle_cpu = (_cpu(procs) - cpu0) / elapsed
-    idle_tx = (statements(base, dbname) - tx0) / elapsed
-    print(
-        f"{label} idle: {idle_tx:.1f} transactions/s, relays' CPU "
-        f"{idle_cpu * 100:.2f}% of a core (over {elapsed:.0f} s, load "
-        f"{os.getloadavg()[0]:.2f}); {idle_counts}",
-        flush=True,
-    )
-    marks: list[tuple[float, int, float]] = []
-    counted = _counters(ports)
-    commit_at, took = await asyncio.to_thread(
-        load,
-        args,
-        url,
-        args.rate,
-        seq,
-        False,
-        lambda: marks.append((_cpu(procs), statements(base, dbname), time.monotonic())),
-    )
-    got = await arrived(range(seq, seq + len(commit_at)), 120)
-    cpu1, tx1, t1 = marks[0]
-    spent = time.monotonic() - t1
-    steady_counts = _rates(counted, _counters(ports), took)
-    steady_cpu = (_cpu(procs) - cpu1) / took
-    steady_tx = (statements(base, dbname) - tx1) / spent
-    lat, missing = latencies(commit_at, got, args.warmup_s)
-    run = FleetRun(
-        label,
-        idle_tx,
-        idle_cpu,
-        steady_tx,
-        steady_cpu,
-        percentile(lat, 0.5),
-        percentile(lat, 0.99),
-        missing,
-        os.getloadavg()[0],
-    )
-    print(
-        f"{label} at {len(commit_at) / took:,.0f} events/s: relays' CPU "
-        f"{steady_cpu * 100:.1f}% of a core, {steady_tx:,.0f} transactions/s (writer's "
-        f"included), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, missing "
-        f"{run.missing} (load {run.load_avg:.2f}); {steady_counts} (over the load's "
-        f"{took:.0f} s, the drain after it included)",
-        flush=True,
-    )
-    return run
+        stack.callback(stop)
+        base, bootstrap = args.database_url, args.bootstrap
+        env = relay_env(url, bootstrap, prefix)
+        env["OUTBOX_ACTIVE_REPLICAS"] = str(args.active_replicas)
+        env["OUTBOX_LOG_LEVEL"] = "WARNING"
+        env.update(item.split("=", 1) for item in args.env)
+        if floor_gather is None:
+            label = str(size)
+            launched = launch_relays(env, size, f"relay-{size}", logdir)
+            procs += launched.values()
+            ports = list(launched)
+        else:
+            label = f"floor {floor_gather:g} s" + (
+                "" if floor_client == "aiokafka" else f" {floor_client}"
+            )
+            cmd = [sys.executable, "-m", "bench", "steady_floor", "--gather-s", str(floor_gather)]
+            cmd += ["--client", floor_client]
+            procs.append(launch(f"floor-{floor_gather:g}-{floor_client}", cmd, env, logdir))
+            ports = []
+
+        async def arrived(wanted: range, timeout_s: float) -> dict[int, float]:
+            return await appended(bootstrap, topic, args.partitions, wanted, timeout_s)
+
+        seq = await warm_up(url, args.keys, procs[0], arrived)
+        # Backends flush their statistics at most every 10 s when idle.
+        await asyncio.sleep(12.0)
+        cpu0, tx0, t0 = _cpu(procs), statements(base, dbname), time.monotonic()
+        counted = _counters(ports)
+        await asyncio.sleep(args.idle_s)
+        elapsed = time.monotonic() - t0
+        idle_counts = _rates(counted, _counters(ports), elapsed)
+        idle_cpu = (_cpu(procs) - cpu0) / elapsed
+        idle_tx = (statements(base, dbname) - tx0) / elapsed
+        print(
+            f"{label} idle: {idle_tx:.1f} transactions/s, relays' CPU "
+            f"{idle_cpu * 100:.2f}% of a core (over {elapsed:.0f} s, load "
+            f"{os.getloadavg()[0]:.2f}); {idle_counts}",
+            flush=True,
+        )
+        marks: list[tuple[float, int, float]] = []
+        counted = _counters(ports)
+        commit_at, took = await asyncio.to_thread(
+            load,
+            args,
+            url,
+            args.rate,
+            seq,
+            False,
+            lambda: marks.append((_cpu(procs), statements(base, dbname), time.monotonic())),
+        )
+        got = await arrived(range(seq, seq + len(commit_at)), 120)
+        cpu1, tx1, t1 = marks[0]
+        spent = time.monotonic() - t1
+        steady_counts = _rates(counted, _counters(ports), took)
+        steady_cpu = (_cpu(procs) - cpu1) / took
+        steady_tx = (statements(base, dbname) - tx1) / spent
+        lat, missing = latencies(commit_at, got, args.warmup_s)
+        run = FleetRun(
+            label,
+            idle_tx,
+            idle_cpu,
+            steady_tx,
+            steady_cpu,
+            percentile(lat, 0.5),
+            percentile(lat, 0.99),
+            missing,
+            os.getloadavg()[0],
+        )
+        print(
+            f"{label} at {len(commit_at) / took:,.0f} events/s: relays' CPU "
+            f"{steady_cpu * 100:.1f}% of a core, {steady_tx:,.0f} transactions/s (writer's "
+            f"included), p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, missing "
+            f"{run.missing} (load {run.load_avg:.2f}); {steady_counts} (over the load's "
+            f"{took:.0f} s, the drain after it included)",
+            flush=True,
+        )
+        return run
 
 
 async def run(args: argparse.Namespace) -> int:

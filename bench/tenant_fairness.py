@@ -53,7 +53,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from bench.shared.cli import add_logdir, add_services, check_services, parser, run_guarded
 from bench.shared.database import load_sql, private_database
 from bench.shared.orders import make_orders, order_payload
-from bench.shared.processes import Proc, launch, relay_env
+from bench.shared.processes import Proc, launch, poll_until, relay_env
 from bench.shared.steady import appended, percentile
 from bench.shared.topics import (
     APPEND_TIME,
@@ -216,16 +216,6 @@ async def edge_append_times(
         await consumer.stop()
 
 
-async def wait_for_count(
-    counter: TopicCounter, wanted: int, timeout_s: float, relay: Proc, what: str
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while await counter.count() < wanted:
-        if time.monotonic() > deadline or not relay.alive():
-            raise RuntimeError(f"{what}: not reached in {timeout_s:.0f} s\n{relay.tail()}")
-        await asyncio.sleep(0.2)
-
-
 async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> Result:
     base, bootstrap = args.database_url, args.bootstrap
     tag = config.name.replace("-", "_")
@@ -270,14 +260,23 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
             relays.append(launch(f"relay-{tag}" + "-b" * n, cmd, env, logdir))
         relay = relays[0]  # A's
         async with TopicCounter(bootstrap, a_topic, args.partitions) as a_count:
+
+            async def reached(count: int) -> bool:
+                # Seldom: each count is a request to the broker the drain is measured on.
+                return await a_count.count() >= count
+
             if config.backlog:
                 # B starts once the drain is under way, and stops when it is over.
-                await wait_for_count(a_count, min(1000, args.events), 120, relay, "drain start")
+                await poll_until(
+                    lambda: reached(min(1000, args.events)), relay, 120, "drain start", 0.2
+                )
             if config.writer:
                 writer = Writer(b_url, "b-orders", args.rate)
                 writer.start()
             if config.backlog:
-                await wait_for_count(a_count, args.events, args.timeout_s, relay, "drain end")
+                await poll_until(
+                    lambda: reached(args.events), relay, args.timeout_s, "drain end", 0.2
+                )
             else:
                 await asyncio.sleep(args.idle_s)
             if writer is not None:

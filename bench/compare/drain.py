@@ -50,11 +50,6 @@ class Drain:
         return self.audit.distinct if self.audit is not None else self.delivered
 
     @property
-    def wall_rate(self) -> float:
-        wall = self.startup_s + self.active_s
-        return self.delivered / wall if wall > 0 else 0.0
-
-    @property
     def cpu_us_per_event(self) -> float:
         return self.cpu_s / self.counted * 1e6 if self.counted else 0.0
 

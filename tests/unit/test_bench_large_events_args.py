@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.large_events import parse_args, poll_until
-from bench.shared.processes import Proc
+from bench.large_events import parse_args
+from bench.shared.processes import Proc, poll_until
 from bench.shared.warm_memory import warm
 
 
