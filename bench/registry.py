@@ -24,7 +24,7 @@ BENCHES = (
     Bench(
         "emit_overhead",
         "What does emit add to a one-row business transaction?",
-        "summary",
+        "producer-emit-overhead",
     ),
     Bench(
         "relay_compare",
@@ -51,7 +51,7 @@ BENCHES = (
     Bench(
         "tenant_fairness",
         "Does one tenant's backlog delay another tenant's events?",
-        "plots",
+        "relay-fair-turns-between-tenants",
     ),
     Bench(
         "large_events",
@@ -62,7 +62,7 @@ BENCHES = (
     Bench(
         "consumer_throughput",
         "How many events a second does consumer_lib apply, against plain aiokafka consumers?",
-        "summary",
+        "consumer_lib-apply-throughput",
     ),
 )
 BY_NAME = {bench.name: bench for bench in BENCHES}
