@@ -25,8 +25,7 @@ interleaved in rounds (the order rotates each round), with the tables truncated 
 run; the report gives each one's median over the rounds and its ratio to plain on the same
 topic.
 
-    eval "$(.venv/bin/python scripts/services.py env)"
-    .venv/bin/python bench/consumer_throughput.py [--events 20000] [--rounds 3]
+    .venv/bin/python -m bench consumer_throughput [--events 20000] [--rounds 3]
 
 A private database bench_<random> on DATABASE_URL's server and topics bench-consumer-* are
 created and removed at the end. It is a measurement: exit 0 whatever the ratio, non-zero
@@ -39,18 +38,12 @@ import argparse
 import asyncio
 import os
 import platform
-import sys
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import psycopg
 
-import psycopg  # noqa: E402
-
-from bench.consume.contenders import (  # noqa: E402
+from bench.consume.contenders import (
     BASELINE,
     BATCHED,
     DISTURBED,
@@ -60,22 +53,23 @@ from bench.consume.contenders import (  # noqa: E402
     Target,
     variants,
 )
-from bench.consume.report import Result, print_table, versions  # noqa: E402
-from bench.consume.topics import drop_topics, fill_topics  # noqa: E402
-from bench.database import admin, server_version, with_database  # noqa: E402
-from bench.guard import run_guarded  # noqa: E402
-from bench.orders import DISTINCT_KEYS  # noqa: E402
-from outbox_core.database_url import DatabaseUrl  # noqa: E402
-from producer_lib import migrate  # noqa: E402
+from bench.consume.report import Result, print_table, versions
+from bench.consume.topics import fill_topics
+from bench.shared.cli import add_services, check_services, numbers, parser, run_guarded
+from bench.shared.database import private_database, server_version
+from bench.shared.orders import DISTINCT_KEYS
+from bench.shared.topics import delete_topics
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = parser(__doc__)
+    add_services(p)
     p.add_argument("--events", type=int, default=20_000, help="per topic (default 20000)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument(
         "--partitions",
-        default="1,6",
+        type=numbers(int),
+        default=[1, 6],
         help="comma-separated partition counts, one topic each (default 1,6)",
     )
     p.add_argument(
@@ -86,86 +80,68 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--database-url", default=os.environ.get("DATABASE_URL"))
-    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     args = p.parse_args(argv)
-    if not args.database_url or not args.bootstrap:
-        p.error(
-            "DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS must be set: "
-            'eval "$(.venv/bin/python scripts/services.py env)"'
-        )
+    check_services(p, args)
     if args.events < 1 or args.rounds < 1:
         p.error("--events and --rounds must be at least 1")
-    try:
-        args.partition_counts = [int(x) for x in args.partitions.split(",")]
-    except ValueError:
-        p.error("--partitions: comma-separated integers")
-    if any(n < 1 for n in args.partition_counts):
+    args.partition_counts = args.partitions
+    if not args.partition_counts or any(n < 1 for n in args.partition_counts):
         p.error("--partitions: at least 1 each")
     return args
 
 
 async def run(args: argparse.Namespace) -> int:
-    parsed = DatabaseUrl.parse(args.database_url)
-    if parsed.dialect != "postgres":
-        print("consumer_throughput: DATABASE_URL must be a Postgres URL", file=sys.stderr)
-        return 2
-    server_url = parsed.url
-    dbname = f"bench_{uuid.uuid4().hex[:12]}"
-    url = with_database(server_url, dbname)
     prefix = f"bench-consumer-{uuid.uuid4().hex[:8]}"
-    version = server_version(server_url)
-    admin(server_url, "bench_database_create", dbname)
+    version = server_version(args.database_url)
     topics: dict[int, str] = {}
     groups: list[str] = []
-    try:
-        migrate(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(SQL["applied_orders_create_table"])
-        topics, payload_bytes = await fill_topics(
-            args.bootstrap, prefix, args.partition_counts, args.events, args.seed
-        )
-        print(f"server:   {version}")
-        print(f"client:   {versions()}; {os.cpu_count()} CPUs; {platform.platform()}")
-        print(
-            f"workload: {args.rounds} rounds x {args.events} events per contender and topic "
-            f"(partitions {args.partition_counts}), {DISTINCT_KEYS} keys, payload "
-            f"{payload_bytes} B JSON, database {dbname}",
-            flush=True,
-        )
-        all_variants = variants(args.sqlalchemy)
-        rates: dict[tuple[int, str], list[float]] = {}
-        for rnd in range(args.rounds):
-            for partitions, topic in topics.items():
-                chosen = [v for v in all_variants if partitions > 1 or not v.multi_partition_only]
-                shift = rnd % len(chosen)
-                line = []
-                for v in chosen[shift:] + chosen[:shift]:
-                    with psycopg.connect(url, autocommit=True) as conn:
-                        conn.execute(SQL["applied_orders_reset"])
-                    group = f"{prefix}-{len(groups)}"
-                    groups.append(group)
-                    target = Target(args.bootstrap, topic, group, url, args.events, args.timeout)
-                    rate = await v.run(target)
-                    with psycopg.connect(url, autocommit=True) as conn:
-                        row = conn.execute(SQL["applied_orders_count"]).fetchone()
-                    if row is None or int(row[0]) != args.events:
-                        raise AssertionError(f"{v.name}: {row} rows applied, not {args.events}")
-                    rates.setdefault((partitions, v.name), []).append(rate)
-                    line.append(f"{v.name} {rate:.0f}")
-                print(
-                    f"round {rnd + 1}/{args.rounds}, {partitions} partition(s): "
-                    + ", ".join(line)
-                    + " ev/s",
-                    flush=True,
-                )
-    finally:
-        if topics:
-            try:
-                await drop_topics(args.bootstrap, list(topics.values()))
-            except Exception as exc:
-                print(f"consumer_throughput: cleanup: {exc}", file=sys.stderr)
-        admin(server_url, "bench_database_drop", dbname)
+    with private_database(args.database_url, "bench_consumer") as (url, dbname):
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(SQL["applied_orders_create_table"])
+            topics, payload_bytes = await fill_topics(
+                args.bootstrap, prefix, args.partition_counts, args.events, args.seed
+            )
+            print(f"server:   {version}")
+            print(f"client:   {versions()}; {os.cpu_count()} CPUs; {platform.platform()}")
+            print(
+                f"workload: {args.rounds} rounds x {args.events} events per contender and topic "
+                f"(partitions {args.partition_counts}), {DISTINCT_KEYS} keys, payload "
+                f"{payload_bytes} B JSON, database {dbname}",
+                flush=True,
+            )
+            all_variants = variants(args.sqlalchemy)
+            rates: dict[tuple[int, str], list[float]] = {}
+            for rnd in range(args.rounds):
+                for partitions, topic in topics.items():
+                    chosen = [
+                        v for v in all_variants if partitions > 1 or not v.multi_partition_only
+                    ]
+                    shift = rnd % len(chosen)
+                    line = []
+                    for v in chosen[shift:] + chosen[:shift]:
+                        with psycopg.connect(url, autocommit=True) as conn:
+                            conn.execute(SQL["applied_orders_reset"])
+                        group = f"{prefix}-{len(groups)}"
+                        groups.append(group)
+                        target = Target(
+                            args.bootstrap, topic, group, url, args.events, args.timeout
+                        )
+                        rate = await v.run(target)
+                        with psycopg.connect(url, autocommit=True) as conn:
+                            row = conn.execute(SQL["applied_orders_count"]).fetchone()
+                        if row is None or int(row[0]) != args.events:
+                            raise AssertionError(f"{v.name}: {row} rows applied, not {args.events}")
+                        rates.setdefault((partitions, v.name), []).append(rate)
+                        line.append(f"{v.name} {rate:.0f}")
+                    print(
+                        f"round {rnd + 1}/{args.rounds}, {partitions} partition(s): "
+                        + ", ".join(line)
+                        + " ev/s",
+                        flush=True,
+                    )
+        finally:
+            await delete_topics(args.bootstrap, list(topics.values()))
 
     if DISTURBED:
         print("\nDISTURBED runs (rerun for clean numbers):\n  " + "\n  ".join(DISTURBED))
@@ -193,7 +169,3 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     return run_guarded("consumer_throughput", lambda: asyncio.run(run(args)))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

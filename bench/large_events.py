@@ -1,8 +1,8 @@
 """A backlog of large events: the relay's drain rate against the broker's for the same
 records, and the relay's peak memory.
 
-    .venv/bin/python bench/large_events.py                      # 300 events, 900 KB and 1,000,000 B
-    .venv/bin/python bench/large_events.py --events 60 --sizes 900000 --rounds 1   # a quick look
+    .venv/bin/python -m bench large_events                      # 300 events, 900 KB and 1,000,000 B
+    .venv/bin/python -m bench large_events --events 60 --sizes 900000 --rounds 1   # a quick look
 
 For each payload size, in one run: a private database gets EVENTS events of that size over
 KEYS keys (producer_lib, committed in one transaction once the relay is up), and two topics
@@ -25,7 +25,7 @@ of PARTITIONS partitions whose max.message.bytes takes them.
   deletes the rows, as many at a time, with no relay and no Kafka: the Postgres side of
   the relay's drain on its own.
 
-Each window starts on warm free memory (bench/warm_memory.py; --no-warm: as the machine
+Each window starts on warm free memory (bench/shared/warm_memory.py; --no-warm: as the machine
 left it). Rounds alternate broker and relay (the relay once for each of --retentions,
 against that round's broker); each prints relay / broker, and the table the medians. CPU
 seconds in each window, from /proc: the relay process, Postgres (its live backends: the
@@ -47,27 +47,22 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import psycopg
+from aiokafka import AIOKafkaProducer
 
-import psycopg  # noqa: E402
-from aiokafka import AIOKafkaProducer  # noqa: E402
-
-from bench.compare.common import loadavg  # noqa: E402
-from bench.compare.processes import Proc, launch, relay_env  # noqa: E402
-from bench.compare.services import Services  # noqa: E402
-from bench.compare.topics import TopicCounter, create_topic, delete_topics  # noqa: E402
-from bench.database import admin, load_sql, with_database  # noqa: E402
-from bench.guard import run_guarded  # noqa: E402
-from bench.markdown_table import markdown_table  # noqa: E402
-from bench.procstat import cpu_between, cpu_seconds, sample, total_cpu  # noqa: E402
-from bench.warm_memory import warm  # noqa: E402
-from producer_lib import Event, Outbox, migrate  # noqa: E402
+from bench.compare.services import Services
+from bench.shared.cli import add_services, check_services, parser, run_guarded
+from bench.shared.database import load_sql, private_database
+from bench.shared.processes import Proc, launch, poll_until, relay_env
+from bench.shared.procstat import cpu_between, cpu_seconds, loadavg, sample, total_cpu
+from bench.shared.tables import markdown_table
+from bench.shared.topics import TopicCounter, private_topic
+from bench.shared.warm_memory import warm
+from producer_lib import Event, Outbox
 
 Q = load_sql("large_events.sql")
 TOPIC = "large"
@@ -75,7 +70,7 @@ EVENT_TYPE = "LargeEvent"
 BLOBS = 4  # distinct payloads (random bytes: incompressible, as Postgres stores them)
 DRAIN_TIMEOUT_S = 600.0
 WARM_UP = 64  # small events before the backlog
-# Warm free memory made before each window (bench/warm_memory.py), in backlogs: the relay's
+# Warm free memory made before each window (bench/shared/warm_memory.py), in backlogs: the relay's
 # window has Postgres write the backlog (its WAL and pages, about twice the payload) and
 # then the broker append it; the broker's window only the append.
 WARM_FACTOR = 3
@@ -123,7 +118,8 @@ def own_cpu() -> float:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = parser(__doc__)
+    add_services(p)
     p.add_argument("--events", type=int, default=300)
     p.add_argument("--sizes", default="900000,1000000", help="comma list of payload bytes")
     p.add_argument("--keys", type=int, default=30)
@@ -141,7 +137,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-warm",
         dest="warm",
         action="store_false",
-        help="do not make free memory warm before each window (bench/warm_memory.py)",
+        help="do not make free memory warm before each window (bench/shared/warm_memory.py)",
     )
     p.add_argument(
         "--floor",
@@ -158,6 +154,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
+    check_services(p, args)
     try:
         args.sizes = [int(s) for s in args.sizes.split(",") if s]
     except ValueError:
@@ -250,26 +247,6 @@ def write_backlog(url: str, args: argparse.Namespace, size: int) -> None:
             )
 
 
-def unpublished(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(Q["large_unpublished"]).fetchone()
-    return int(row[0]) if row else 0
-
-
-async def poll_until(
-    done: Callable[[], Awaitable[bool]], proc: Proc, timeout_s: float, what: str
-) -> None:
-    """Every 20 ms until done(); raises once proc (the relay, or the floor loop) has exited
-    or timeout_s has passed."""
-    deadline = time.monotonic() + timeout_s
-    while not await done():
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} in {timeout_s:.0f} s:\n{proc.tail()}")
-        await asyncio.sleep(0.02)
-
-
 async def wait_drained(url: str, relay: Proc, timeout_s: float) -> None:
     """Until no row is left unpublished."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -306,73 +283,66 @@ async def relay_round(
     """Seconds for the relay to drain the backlog, its RSS before, its peak RSS and the CPU
     seconds spent in the drain. retention "floor": bench/steady_floor.py's loop instead, its
     drain ending once every record is on the topic (it deletes rows before their acks)."""
-    dbname = f"bench_large_{uuid.uuid4().hex[:8]}"
-    prefix = f"{dbname}."
-    admin(server, "bench_database_create", dbname)
-    url = with_database(server, dbname)
     relay: Proc | None = None
-    topic = prefix + TOPIC
-    try:
-        migrate(url)
-        await create_topic(
-            bootstrap,
-            topic,
-            args.partitions,
-            {"max.message.bytes": str(max_message_bytes(size))},
-        )
-        env = relay_env(url, bootstrap, prefix)
-        env["OUTBOX_KAFKA_MAX_REQUEST_SIZE"] = str(max(1_048_576, max_message_bytes(size)))
-        if args.claim_max_bytes is not None:
-            env["OUTBOX_CLAIM_MAX_BYTES"] = str(args.claim_max_bytes)
-        env["OUTBOX_RETENTION"] = retention
-        if retention == "floor":
-            take = str(rows_claimed(args, size))
-            cmd = [sys.executable, "-m", "bench.steady_floor", "--gather-s", "0", "--limit", take]
-        else:
-            cmd = [sys.executable, "-m", "relay.cli", "run"]
-        relay = launch(f"{retention}-{dbname}", cmd, env, logdir)
-        # Up, holding its shards and knowing the partitions' leaders: small events on
-        # enough keys to reach every partition are published first.
-        with psycopg.connect(url) as conn:
-            Outbox().emit_batch(
-                conn,
-                [
-                    Event(topic=TOPIC, key=f"warm-up-{n}", event_type=EVENT_TYPE, payload=b"x")
-                    for n in range(WARM_UP)
-                ],
-            )
-        await wait_drained(url, relay, 60)
-        before = sample(relay.pid)
-        assert before is not None
-        if args.warm:
-            warm(WARM_FACTOR * args.events * size)  # the backlog's write, then the broker's
-        start = time.perf_counter()
-        await asyncio.to_thread(write_backlog, url, args, size)
-        cpu_before, relay_cpu = servers.take(), cpu_seconds(relay.pid)
-        assert relay_cpu is not None
-        committed = time.perf_counter()
-        await wait_drained(url, relay, DRAIN_TIMEOUT_S)
-        if retention == "floor":
-            await wait_on_topic(bootstrap, topic, args, relay, DRAIN_TIMEOUT_S)
-        drained = time.perf_counter() - committed
-        after = sample(relay.pid)
-        assert after is not None
-        cpu = {"relay": after.cpu_s - relay_cpu, **ServerCpu.between(cpu_before, servers.take())}
-        async with TopicCounter(bootstrap, topic, args.partitions) as counter:
-            on_topic = await counter.count()
-        if on_topic < args.events + WARM_UP:
-            raise RuntimeError(f"{on_topic} records on {topic}, expected {args.events + WARM_UP}")
-        print(
-            f"[large] relay wrote the backlog in {committed - start:.1f} s, "
-            f"drained it in {drained:.2f} s",
-            flush=True,
-        )
-        return drained, before.rss_bytes, after.peak_rss_bytes, cpu
-    finally:
-        if relay is not None:
-            relay.stop()
-        await delete_topics(bootstrap, [topic])
-        admin(server, "bench_database_drop", dbname)
+    with private_database(server, "bench_large") as (url, dbname):
+        prefix = f"{dbname}."
+        limit = {"max.message.bytes": str(max_message_bytes(size))}
+        async with private_topic(bootstrap, prefix + TOPIC, args.partitions, limit) as topic:
+            try:
+                env = relay_env(url, bootstrap, prefix)
+                env["OUTBOX_KAFKA_MAX_REQUEST_SIZE"] = str(max(1_048_576, max_message_bytes(size)))
+                if args.claim_max_bytes is not None:
+                    env["OUTBOX_CLAIM_MAX_BYTES"] = str(args.claim_max_bytes)
+                env["OUTBOX_RETENTION"] = retention
+                if retention == "floor":
+                    cmd = [sys.executable, "-m", "bench", "steady_floor", "--gather-s", "0"]
+                    cmd += ["--limit", str(rows_claimed(args, size))]
+                else:
+                    cmd = [sys.executable, "-m", "relay.cli", "run"]
+                relay = launch(f"{retention}-{dbname}", cmd, env, logdir)
+                # Up, holding its shards and knowing the partitions' leaders: small events on
+                # enough keys to reach every partition are published first.
+                with psycopg.connect(url) as conn:
+                    Outbox().emit_batch(
+                        conn,
+                        [Event(TOPIC, f"warm-up-{n}", EVENT_TYPE, b"x") for n in range(WARM_UP)],
+                    )
+                await wait_drained(url, relay, 60)
+                before = sample(relay.pid)
+                assert before is not None
+                if args.warm:
+                    # The backlog's write, then the broker's.
+                    warm(WARM_FACTOR * args.events * size)
+                start = time.perf_counter()
+                await asyncio.to_thread(write_backlog, url, args, size)
+                cpu_before, relay_cpu = servers.take(), cpu_seconds(relay.pid)
+                assert relay_cpu is not None
+                committed = time.perf_counter()
+                await wait_drained(url, relay, DRAIN_TIMEOUT_S)
+                if retention == "floor":
+                    await wait_on_topic(bootstrap, topic, args, relay, DRAIN_TIMEOUT_S)
+                drained = time.perf_counter() - committed
+                after = sample(relay.pid)
+                assert after is not None
+                cpu = {
+                    "relay": after.cpu_s - relay_cpu,
+                    **ServerCpu.between(cpu_before, servers.take()),
+                }
+                async with TopicCounter(bootstrap, topic, args.partitions) as counter:
+                    on_topic = await counter.count()
+                if on_topic < args.events + WARM_UP:
+                    raise RuntimeError(
+                        f"{on_topic} records on {topic}, expected {args.events + WARM_UP}"
+                    )
+                print(
+                    f"[large] relay wrote the backlog in {committed - start:.1f} s, "
+                    f"drained it in {drained:.2f} s",
+                    flush=True,
+                )
+                return drained, before.rss_bytes, after.peak_rss_bytes, cpu
+            finally:
+                if relay is not None:
+                    relay.stop()
 
 
 def read_and_delete(conn: psycopg.Connection[tuple[int, bytes]], take: int) -> int:
@@ -391,11 +361,7 @@ async def postgres_round(
 ) -> tuple[float, dict[str, float | None]]:
     """Seconds for one connection to read and delete the backlog, and the CPU seconds spent
     meanwhile (this process, Postgres, Kafka)."""
-    dbname = f"bench_large_{uuid.uuid4().hex[:8]}"
-    admin(server, "bench_database_create", dbname)
-    url = with_database(server, dbname)
-    try:
-        migrate(url)
+    with private_database(server, "bench_large") as (url, _):
         if args.warm:
             warm(WARM_FACTOR * args.events * size)
         await asyncio.to_thread(write_backlog, url, args, size)
@@ -414,8 +380,6 @@ async def postgres_round(
         if read != args.events:
             raise RuntimeError(f"read {read} rows of {args.events}")
         return took, cpu
-    finally:
-        admin(server, "bench_database_drop", dbname)
 
 
 def rows_claimed(args: argparse.Namespace, size: int) -> int:
@@ -431,19 +395,14 @@ def contenders(args: argparse.Namespace) -> list[str]:
 
 
 async def run_size(args: argparse.Namespace, size: int, logdir: Path) -> list[Round]:
-    server = os.environ["DATABASE_URL"]
-    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    server, bootstrap = args.database_url, args.bootstrap
     servers = ServerCpu(server, bootstrap)
     rounds: list[Round] = []
     for n in range(args.rounds):
-        topic = f"bench_large_broker_{uuid.uuid4().hex[:8]}"
-        await create_topic(
-            bootstrap, topic, args.partitions, {"max.message.bytes": str(max_message_bytes(size))}
-        )
-        try:
+        name = f"bench_large_broker_{uuid.uuid4().hex[:8]}"
+        limit = {"max.message.bytes": str(max_message_bytes(size))}
+        async with private_topic(bootstrap, name, args.partitions, limit) as topic:
             broker_s, broker_cpu = await broker_round(args, bootstrap, topic, size, servers)
-        finally:
-            await delete_topics(bootstrap, [topic])
         for retention in contenders(args):
             if retention == "postgres":
                 base = peak = 0  # no relay process
@@ -536,7 +495,3 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     return run_guarded("large_events", lambda: asyncio.run(run(args)))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Our relay against Debezium and a naive relay: one run, one Postgres, one Kafka, one backlog.
 
-    .venv/bin/python bench/relay_compare.py            # the full comparison, writes docs/
-    .venv/bin/python bench/relay_compare.py --ci       # small: ours against naive, exits 1
+    .venv/bin/python -m bench relay_compare         # the full comparison, writes docs/
+    .venv/bin/python -m bench relay_compare --ci    # small: ours against naive, exits 1
                                                        # when a drain lost or reordered events
 
 Full mode starts its own Postgres (wal_level=logical, for Debezium) and Kafka with
@@ -17,14 +17,14 @@ exists, and a fresh topic of --partitions partitions. Contenders:
 - ours:     `python -m relay.cli run`, every setting at its default (retention=keep).
 - ours-delete: the same with OUTBOX_RETENTION=delete.
 - ours2:    two default processes (replicas) on the same database (only when named).
-- naive:    bench/naive_relay.py: one row per transaction, one awaited send per event.
+- naive:    bench/compare/naive_relay.py: one row per transaction, one awaited send per event.
 - debezium: Kafka Connect standalone with Debezium's Postgres connector (pgoutput) and
             its outbox EventRouter, from Maven Central (bench/connect/pom.xml). It reads
             the backlog from the WAL: the connector creates its slot, is stopped, the
             backlog is loaded, the connector is started again.
-- ceiling, ceiling-keep: bench/ceiling.py: the relay's claim and settle statements of
+- ceiling, ceiling-keep: bench/compare/db_ceiling.py: the relay's claim and settle statements of
             that retention mode (delete, keep), no Kafka.
-- kafka:    bench/kafka_ceiling.py: the relay's publisher producing the same records from
+- kafka:    bench/compare/kafka_ceiling.py: the relay's publisher producing the same records from
             memory, one relay cycle's records at a time.
 
 Pipeline ceiling of a retention mode = 1 / (1/database ceiling + 1/kafka); ours is held
@@ -38,14 +38,11 @@ takes receive time minus commit time, for ours and Debezium.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from collections.abc import Sequence
 
-if __package__ in (None, ""):  # run as a script: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.compare import cli
 
-# The parts are in bench/compare/ (its __init__ lists them); this file is the program.
-from bench.compare.cli import main
 
-if __name__ == "__main__":
-    sys.exit(main(doc=__doc__))
+def main(argv: Sequence[str] | None = None) -> int:
+    # The parts are in bench/compare/ (its __init__ lists them); this module is the program.
+    return cli.main(argv, doc=__doc__)

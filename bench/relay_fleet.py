@@ -8,7 +8,7 @@ others stand by); a warm-up is delivered, then:
 - idle: for --idle-s, the database's transactions per second (pg_stat_database
   xact_commit + xact_rollback deltas of the bench database; every relay statement is its
   own transaction) and the relays' CPU, all processes together (/proc);
-- steady: --rate events/s for --seconds, one event per transaction (bench/pgbench_writer.py,
+- steady: --rate events/s for --seconds, one event per transaction (bench/shared/steady.py,
   the latency benchmark's writer), commit-to-Kafka latency per event (the broker's
   LogAppendTime minus Postgres's commit timestamp: the first moment a consumer can see
   the event) and the relays' CPU over the load.
@@ -16,16 +16,15 @@ others stand by); a warm-up is delivered, then:
 Every figure is printed with its ratio to the first fleet of the run (the baseline), and
 the load average, since only ratios of one run mean anything on a shared machine.
 
-    .venv/bin/python bench/relay_fleet.py [--fleets 1,12] [--idle-s 30] [--rate 1500]
+    .venv/bin/python -m bench relay_fleet [--fleets 1,12] [--idle-s 30] [--rate 1500]
         [--seconds 60] [--active-replicas 1]
-
-Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -35,19 +34,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.compare.latency import percentile  # noqa: E402
-from bench.compare.processes import Proc, launch, relay_env  # noqa: E402
-from bench.compare.topics import create_topic, delete_topics  # noqa: E402
-from bench.database import admin, with_database  # noqa: E402
-from bench.guard import run_guarded  # noqa: E402
-from bench.orders import TOPIC  # noqa: E402
-from bench.procstat import cpu_seconds  # noqa: E402
-from bench.relay_latency import appended, load, statements, write_load  # noqa: E402
-from outbox_core.migrate import migrate  # noqa: E402
-from scripts.ports import reserved_port  # noqa: E402
+from bench.shared.cli import (
+    add_load,
+    add_logdir,
+    add_services,
+    check_services,
+    numbers,
+    parser,
+    run_guarded,
+)
+from bench.shared.database import private_database
+from bench.shared.orders import TOPIC
+from bench.shared.processes import Proc, launch, relay_env
+from bench.shared.procstat import cpu_seconds
+from bench.shared.steady import appended, latencies, load, percentile, statements, warm_up
+from bench.shared.topics import APPEND_TIME, private_topic
+from scripts.ports import reserved_port
 
 
 @dataclass
@@ -85,17 +87,6 @@ def launch_relays(env: dict[str, str], count: int, name: str, logdir: Path) -> d
     return procs
 
 
-async def warm_up(
-    url: str, bootstrap: str, topic: str, partitions: int, keys: int, procs: list[Proc]
-) -> int:
-    """Two seconds of 50 events/s, delivered before anything is measured: the next seq."""
-    warm, _ = await asyncio.to_thread(write_load, url, 50, 2.0, 1, 0, keys)
-    got = await appended(bootstrap, topic, partitions, range(len(warm)), 120)
-    if len(got) < len(warm):
-        raise RuntimeError(f"the fleet did not deliver the warm-up:\n{procs[0].tail()}")
-    return len(warm)
-
-
 def _counters(ports: list[int]) -> dict[str, float]:
     """The fleet's outbox_relay_<name>_total, summed over its replicas' /metrics."""
     total = dict.fromkeys(COUNTERS, 0.0)
@@ -115,26 +106,27 @@ def _rates(before: dict[str, float], after: dict[str, float], seconds: float) ->
 
 async def one_fleet(
     args: argparse.Namespace,
-    base: str,
-    bootstrap: str,
     size: int,
     logdir: Path,
     floor_gather: float | None = None,
     floor_client: str = "aiokafka",
 ) -> FleetRun:
     """size relays, or with floor_gather bench/steady_floor.py's loop sleeping that long
-    on floor_client."""
-    run_id = uuid.uuid4().hex[:8]
-    dbname, prefix = f"bench_fleet_{run_id}", f"bench-fleet-{run_id}."
-    topic = prefix + TOPIC
-    url = with_database(base, dbname)
-    admin(base, "bench_database_create", dbname)
-    procs: list[Proc] = []
-    try:
-        migrate(url)
-        await create_topic(
-            bootstrap, topic, args.partitions, {"message.timestamp.type": "LogAppendTime"}
+    on floor_client, on a private database and topic."""
+    prefix = f"bench-fleet-{uuid.uuid4().hex[:8]}."
+    async with contextlib.AsyncExitStack() as stack:
+        url, dbname = stack.enter_context(private_database(args.database_url, "bench_fleet"))
+        topic = await stack.enter_async_context(
+            private_topic(args.bootstrap, prefix + TOPIC, args.partitions, APPEND_TIME)
         )
+        procs: list[Proc] = []
+
+        def stop() -> None:
+            for p in procs:
+                p.stop()
+
+        stack.callback(stop)
+        base, bootstrap = args.database_url, args.bootstrap
         env = relay_env(url, bootstrap, prefix)
         env["OUTBOX_ACTIVE_REPLICAS"] = str(args.active_replicas)
         env["OUTBOX_LOG_LEVEL"] = "WARNING"
@@ -142,15 +134,21 @@ async def one_fleet(
         if floor_gather is None:
             label = str(size)
             launched = launch_relays(env, size, f"relay-{size}", logdir)
-            procs, ports = list(launched.values()), list(launched)
+            procs += launched.values()
+            ports = list(launched)
         else:
             label = f"floor {floor_gather:g} s" + (
                 "" if floor_client == "aiokafka" else f" {floor_client}"
             )
-            cmd = [sys.executable, "-m", "bench.steady_floor", "--gather-s", str(floor_gather)]
+            cmd = [sys.executable, "-m", "bench", "steady_floor", "--gather-s", str(floor_gather)]
             cmd += ["--client", floor_client]
-            procs, ports = [launch(f"floor-{floor_gather:g}-{floor_client}", cmd, env, logdir)], []
-        seq = await warm_up(url, bootstrap, topic, args.partitions, args.keys, procs)
+            procs.append(launch(f"floor-{floor_gather:g}-{floor_client}", cmd, env, logdir))
+            ports = []
+
+        async def arrived(wanted: range, timeout_s: float) -> dict[int, float]:
+            return await appended(bootstrap, topic, args.partitions, wanted, timeout_s)
+
+        seq = await warm_up(url, args.keys, procs[0], arrived)
         # Backends flush their statistics at most every 10 s when idle.
         await asyncio.sleep(12.0)
         cpu0, tx0, t0 = _cpu(procs), statements(base, dbname), time.monotonic()
@@ -177,17 +175,13 @@ async def one_fleet(
             False,
             lambda: marks.append((_cpu(procs), statements(base, dbname), time.monotonic())),
         )
-        wanted = range(seq, seq + len(commit_at))
-        got = await appended(bootstrap, topic, args.partitions, wanted, 120)
+        got = await arrived(range(seq, seq + len(commit_at)), 120)
         cpu1, tx1, t1 = marks[0]
         spent = time.monotonic() - t1
         steady_counts = _rates(counted, _counters(ports), took)
         steady_cpu = (_cpu(procs) - cpu1) / took
         steady_tx = (statements(base, dbname) - tx1) / spent
-        counted_from = min(commit_at.values()) + args.warmup_s
-        lat = sorted(
-            (got[s] - at) * 1000 for s, at in commit_at.items() if at >= counted_from and s in got
-        )
+        lat, missing = latencies(commit_at, got, args.warmup_s)
         run = FleetRun(
             label,
             idle_tx,
@@ -196,7 +190,7 @@ async def one_fleet(
             steady_cpu,
             percentile(lat, 0.5),
             percentile(lat, 0.99),
-            sum(1 for s in wanted if s not in got),
+            missing,
             os.getloadavg()[0],
         )
         print(
@@ -208,22 +202,15 @@ async def one_fleet(
             flush=True,
         )
         return run
-    finally:
-        for p in procs:
-            p.stop()
-        await delete_topics(bootstrap, [topic])
-        admin(base, "bench_database_drop", dbname)
 
 
 async def run(args: argparse.Namespace) -> int:
-    base = os.environ["DATABASE_URL"]
-    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     logdir = Path(args.logdir or f"/tmp/relay-fleet-{uuid.uuid4().hex[:8]}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
-    runs = [await one_fleet(args, base, bootstrap, size, logdir) for size in args.fleets]
+    runs = [await one_fleet(args, size, logdir) for size in args.fleets]
     for client in args.floor_clients:
         for gather in args.floor_gathers:
-            runs.append(await one_fleet(args, base, bootstrap, 1, logdir, gather, client))
+            runs.append(await one_fleet(args, 1, logdir, gather, client))
     first = runs[0]
     print()
     print(
@@ -246,10 +233,10 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--fleets", type=lambda s: [int(x) for x in s.split(",")], default=[1, 12])
+    p = parser(__doc__)
+    add_services(p)
+    add_load(p, rate=1500.0, seconds=60.0, warmup_s=2.0, writers=8)
+    p.add_argument("--fleets", type=numbers(int), default=[1, 12])
     p.add_argument(
         "--floor-gathers",
         type=lambda s: [float(x) for x in s.split(",") if x],
@@ -265,12 +252,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--active-replicas", type=int, default=1, help="OUTBOX_ACTIVE_REPLICAS")
     p.add_argument("--idle-s", type=float, default=30.0, help="idle time measured")
-    p.add_argument("--rate", type=float, default=1500.0, help="offered events/s")
-    p.add_argument("--seconds", type=float, default=60.0, help="length of the steady load")
-    p.add_argument("--warmup-s", type=float, default=2.0, help="left out at the load's start")
-    p.add_argument("--writers", type=int, default=8, help="writer connections (pgbench)")
-    p.add_argument("--keys", type=int, default=1000, help="distinct keys")
-    p.add_argument("--partitions", type=int, default=6)
     p.add_argument(
         "--env",
         action="append",
@@ -278,20 +259,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="a setting for every relay, e.g. OUTBOX_PROBE_GATHER_S=0 (repeatable)",
     )
-    p.add_argument("--logdir", help="where the relays' logs go (default a /tmp folder)")
+    add_logdir(p)
     args = p.parse_args(argv)
+    check_services(p, args)
     if any(g < 0 for g in args.floor_gathers):
         p.error("--floor-gathers takes sleeps of 0 s or more")
     if not args.floor_clients or set(args.floor_clients) - {"aiokafka", "librdkafka"}:
         p.error("--floor-clients takes a comma list of aiokafka and librdkafka")
-    args.writer, args.processes = "pgbench", 1  # what relay_latency.load reads
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     return run_guarded("relay_fleet", lambda: asyncio.run(run(args)))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ batch: whatever the relay does beyond this loop is what its design adds.
 
 bench/relay_fleet.py runs it with --floor-gathers beside the relay, in the same run:
 
-    .venv/bin/python -m bench.steady_floor --gather-s 0.01   # reads OUTBOX_DATABASE_URL,
+    .venv/bin/python -m bench steady_floor --gather-s 0.01   # reads OUTBOX_DATABASE_URL,
         # OUTBOX_KAFKA_BOOTSTRAP_SERVERS and OUTBOX_TOPIC_PREFIX, as the relay
 """
 
@@ -17,20 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import asyncpg
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 
-import asyncpg  # noqa: E402
-from aiokafka import AIOKafkaProducer  # noqa: E402
-from aiokafka.partitioner import DefaultPartitioner  # noqa: E402
-
-from bench.database import load_sql  # noqa: E402
+from bench.shared.cli import parser
+from bench.shared.database import load_sql
 
 Q = load_sql("steady_floor.sql")
 PARTITIONER = DefaultPartitioner()
@@ -165,9 +161,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = parser(__doc__)
     p.add_argument("--gather-s", type=float, default=0.01, help="sleep after every cycle")
     p.add_argument("--limit", type=int, default=500, help="rows a cycle takes at most")
     p.add_argument(
@@ -185,7 +179,3 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return asyncio.run(run(parse_args(argv)))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,17 +26,16 @@ B starts once A's first events are on the topic and stops when all of A's are (i
 after --idle-s). Ratios printed: B's p99 in fair / in idle, A's rate in fair / in alone
 (and / alone-fair). --plot draws B's latency over time for idle, fair and plain.
 
-    .venv/bin/python bench/tenant_fairness.py [--events 500000] [--rate 100]
+    .venv/bin/python -m bench tenant_fairness [--events 500000] [--rate 100]
         [--configs idle,alone,alone-fair,fair,plain,fair-cap] [--cap 50]
         [--plot docs/img/tenant_fairness.svg]
-
-Needs DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS (`eval "$(scripts/services env)"`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -51,26 +50,24 @@ from pathlib import Path
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.compare.latency import percentile  # noqa: E402
-from bench.compare.processes import Proc, launch, relay_env  # noqa: E402
-from bench.compare.topics import TopicCounter, create_topic, delete_topics  # noqa: E402
-from bench.database import admin, load_sql, with_database  # noqa: E402
-from bench.guard import run_guarded  # noqa: E402
-from bench.orders import make_orders, order_payload  # noqa: E402
-from bench.relay_latency import appended  # noqa: E402
-from outbox_core.migrate import migrate  # noqa: E402
-from outbox_core.sharding import shard_for  # noqa: E402
-from producer_lib import Outbox  # noqa: E402
+from bench.shared.cli import add_logdir, add_services, check_services, parser, run_guarded
+from bench.shared.database import load_sql, private_database
+from bench.shared.orders import make_orders, order_payload
+from bench.shared.processes import Proc, launch, poll_until, relay_env
+from bench.shared.steady import appended, percentile
+from bench.shared.topics import (
+    APPEND_TIME,
+    TopicCounter,
+    private_topic,
+)
+from outbox_core.sharding import shard_for
+from producer_lib import Outbox
 
 Q = load_sql("tenant_fairness.sql")
 SHARD_COUNT = 16  # what migrate records by default, and the relay's default
 A_KEYS = 1000
 B_KEYS = 50
 LOAD_CHUNK = 50_000
-APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
 
 @dataclass(frozen=True)
@@ -219,37 +216,35 @@ async def edge_append_times(
         await consumer.stop()
 
 
-async def wait_for_count(
-    counter: TopicCounter, wanted: int, timeout_s: float, relay: Proc, what: str
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while await counter.count() < wanted:
-        if time.monotonic() > deadline or not relay.alive():
-            raise RuntimeError(f"{what}: not reached in {timeout_s:.0f} s\n{relay.tail()}")
-        await asyncio.sleep(0.2)
-
-
 async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> Result:
-    base = os.environ["DATABASE_URL"]
-    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    base, bootstrap = args.database_url, args.bootstrap
     tag = config.name.replace("-", "_")
-    dbname, prefix = f"bench_fair_{run_id}_{tag}", f"bench-fair-{run_id}-{tag}."
-    # apart: B's database and relay of their own.
-    databases = [dbname, dbname + "_b"] if config.apart else [dbname]
-    urls = [with_database(base, name) for name in databases]
-    url, b_url = urls[0], urls[-1]
+    prefix = f"bench-fair-{run_id}-{tag}."
     a_topic, b_topic = prefix + "a-orders", prefix + "b-orders"
     logdir = Path(args.logdir or f"/tmp/tenant-fairness-{run_id}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
     result = Result(config)
     relays: list[Proc] = []
     writer: Writer | None = None
-    try:
-        for name, db_url in zip(databases, urls, strict=True):
-            admin(base, "bench_database_create", name)
-            await asyncio.to_thread(migrate, db_url)
+    async with contextlib.AsyncExitStack() as stack:
+        # apart: B's database and relay of their own.
+        urls = [
+            stack.enter_context(private_database(base, f"bench_fair_{tag}"))[0]
+            for _ in range(2 if config.apart else 1)
+        ]
+        url, b_url = urls[0], urls[-1]
         for topic in (a_topic, b_topic):
-            await create_topic(bootstrap, topic, args.partitions, APPEND_TIME)
+            await stack.enter_async_context(
+                private_topic(bootstrap, topic, args.partitions, APPEND_TIME)
+            )
+
+        def stop() -> None:
+            if writer is not None:
+                writer.abandon()
+            for proc in relays:
+                proc.stop()
+
+        stack.callback(stop)
         if config.backlog:
             result.load_s = await asyncio.to_thread(load_backlog, url, "a-orders", args.events)
             print(f"  {config.name}: loaded {args.events:,} events in {result.load_s:.1f} s")
@@ -265,14 +260,23 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
             relays.append(launch(f"relay-{tag}" + "-b" * n, cmd, env, logdir))
         relay = relays[0]  # A's
         async with TopicCounter(bootstrap, a_topic, args.partitions) as a_count:
+
+            async def reached(count: int) -> bool:
+                # Seldom: each count is a request to the broker the drain is measured on.
+                return await a_count.count() >= count
+
             if config.backlog:
                 # B starts once the drain is under way, and stops when it is over.
-                await wait_for_count(a_count, min(1000, args.events), 120, relay, "drain start")
+                await poll_until(
+                    lambda: reached(min(1000, args.events)), relay, 120, "drain start", 0.2
+                )
             if config.writer:
                 writer = Writer(b_url, "b-orders", args.rate)
                 writer.start()
             if config.backlog:
-                await wait_for_count(a_count, args.events, args.timeout_s, relay, "drain end")
+                await poll_until(
+                    lambda: reached(args.events), relay, args.timeout_s, "drain end", 0.2
+                )
             else:
                 await asyncio.sleep(args.idle_s)
             if writer is not None:
@@ -301,14 +305,6 @@ async def run_config(args: argparse.Namespace, config: Config, run_id: str) -> R
                     result.b_timeline.append((commit_at[seq] - t0, ms))
             result.b_latency_ms.sort()
         return result
-    finally:
-        if writer is not None:
-            writer.abandon()
-        for proc in relays:
-            proc.stop()
-        await delete_topics(bootstrap, [a_topic, b_topic])
-        for name in databases:
-            admin(base, "bench_database_drop", name)
 
 
 def _fmt(value: float, spec: str = ",.1f") -> str:
@@ -359,7 +355,7 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
         ratio = by["apart"].a_rate / by["alone"].a_rate
         print(f"A rate apart / A rate alone: {ratio:.2f} (the ceiling on this machine)")
     if args.plot:
-        from bench.plot import timeline_plot
+        from bench.shared.plot import timeline_plot
 
         series = [
             (f"B {name}", by[name].b_timeline)
@@ -402,9 +398,8 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = parser(__doc__)
+    add_services(p)
     p.add_argument("--events", type=int, default=500_000, help="tenant A's backlog")
     p.add_argument("--rate", type=float, default=100.0, help="tenant B's commits per second")
     p.add_argument(
@@ -426,8 +421,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="a setting for every configuration's relay (repeatable)",
     )
     p.add_argument("--plot", help="write B's latency over time here (.svg and .png)")
-    p.add_argument("--logdir", help="where the relays' logs go (default a /tmp folder)")
+    add_logdir(p)
     args = p.parse_args(argv)
+    check_services(p, args)
     unknown = [c for c in args.configs if c not in CONFIGS]
     if unknown:
         p.error(f"unknown configs: {unknown}")
@@ -437,7 +433,3 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     return run_guarded("tenant_fairness", lambda: asyncio.run(run(args)))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

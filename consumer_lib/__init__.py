@@ -12,6 +12,8 @@
 
 Run it with `outbox-consumer run myservice.consumers:app`, or `await run_consumer(app)`;
 inside a web application's lifespan, `async with consumer_in_background(app):`.
+A database adapter of your own, or a wrapper around one, implements `Database` with the
+types its methods take: `Work`, `Handler` and `DeadLetterRow`.
 Installed with the `consumer` extra (`pip install 'outbox-relay[consumer]'`).
 """
 
@@ -25,10 +27,13 @@ from consumer_lib.app import ConsumerApp
 from consumer_lib.consumer import Consumer, consumer_in_background, run_consumer
 from consumer_lib.database import (
     Database,
+    DeadLetterRow,
     DjangoSync,
+    Handler,
     PsycopgAsync,
     SqlAlchemyAsync,
     SqlAlchemySync,
+    Work,
 )
 from consumer_lib.errors import (
     ConsumerConfigError,
@@ -53,7 +58,9 @@ __all__ = [
     "ConsumerSettingsError",
     "ConsumerStats",
     "Database",
+    "DeadLetterRow",
     "DjangoSync",
+    "Handler",
     "HandlerKindError",
     "KafkaSecurity",
     "PoisonRecord",
@@ -62,6 +69,7 @@ __all__ = [
     "SqlAlchemyAsync",
     "SqlAlchemySync",
     "TransientError",
+    "Work",
     "consumer_in_background",
     "run_consumer",
 ]

@@ -1,7 +1,7 @@
 """The audit of a drained topic: every record from offset 0 to the end offsets, read once
 after the contender stopped, so the events reported are counted exactly, not sampled.
 
-A backlog event's payload is producer_lib's compact JSON of {"seq": N, ...} (bench/orders.py
+A backlog event's payload is producer_lib's compact JSON of {"seq": N, ...} (bench/shared/orders.py
 sequenced_order_event) and its record key the customer key; only seq is read from each
 payload. Per key, the backlog's seqs follow commit order, so a key's first-seen seqs must
 rise in offset order: a lower one after a higher one is an order violation.

@@ -13,7 +13,8 @@ from psycopg import sql
 
 from bench.compare.common import LOAD_CHUNK, Q, say
 from bench.compare.services import Services
-from bench.emit_overhead import admin, make_orders, sequenced_order_event, with_database
+from bench.shared.database import admin, with_database
+from bench.shared.orders import make_orders, sequenced_order_event
 from producer_lib import Outbox, migrate
 
 

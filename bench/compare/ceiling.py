@@ -1,10 +1,10 @@
 """The ceilings a relay's drain is held against, each a program of its own printing one JSON
 line (so its CPU and RSS are its own):
 
-- "ceiling", "ceiling-keep": bench/ceiling.py, the relay's claim and settle statements of
+- "ceiling", "ceiling-keep": bench/compare/db_ceiling.py, the relay's claim and settle statements of
   that retention mode with no Kafka: how fast Postgres lets the backlog be claimed and
   deleted (or marked published) on this machine.
-- "kafka": bench/kafka_ceiling.py, the relay's publisher producing the same records from
+- "kafka": bench/compare/kafka_ceiling.py, the relay's publisher producing the same records from
   memory, cycle by cycle, with no database in the timed part.
 
 The pipeline ceiling of a mode is 1 / (1/db + 1/kafka) (report.py)."""
@@ -17,13 +17,14 @@ import subprocess
 import time
 from typing import Any
 
-from bench import procstat
 from bench.compare.audit import audit_topic
 from bench.compare.backlog import copy_database, load_backlog
-from bench.compare.common import PYTHON, ROOT, loadavg
+from bench.compare.common import PYTHON, ROOT
 from bench.compare.context import Context
 from bench.compare.drain import Drain
-from bench.compare.processes import relay_env
+from bench.shared import procstat
+from bench.shared.processes import relay_env
+from bench.shared.procstat import loadavg
 
 
 async def run_program(
@@ -72,7 +73,7 @@ async def drain_ceiling(ctx: Context, round_no: int, keep: bool) -> Drain:
     ctx.dbs.append(name)
     url = copy_database(ctx.services, ctx.backlog, name)
     load_s = load_backlog(url, ctx.backlog.events)
-    cmd = ["bench.ceiling", "--database-url", url, *(["--keep"] if keep else [])]
+    cmd = ["bench.compare.db_ceiling", "--database-url", url, *(["--keep"] if keep else [])]
     result = await run_program(ctx, contender, cmd, url, "", load_s)
     result.kafka_cpu_s = None  # nothing of it reaches Kafka
     result.note = "Postgres CPU over the whole program, start-up included"
@@ -83,7 +84,7 @@ async def drain_ceiling(ctx: Context, round_no: int, keep: bool) -> Drain:
 async def drain_kafka(ctx: Context, round_no: int) -> Drain:
     url, prefix, topic = await ctx.fresh("kafka", f"_r{round_no}")
     load_s = load_backlog(url, ctx.backlog.events)
-    result = await run_program(ctx, "kafka", ["bench.kafka_ceiling"], url, prefix, load_s)
+    result = await run_program(ctx, "kafka", ["bench.compare.kafka_ceiling"], url, prefix, load_s)
     # Its Postgres time is the untimed read of the backlog, not part of the ceiling.
     result.pg_cpu_s = None
     result.note = (

@@ -1,4 +1,4 @@
-"""The command line of bench/relay_compare.py and one run of it: services, the template, the
+"""The command line of `python -m bench relay_compare` and one run of it: services, the template, the
 drains round by round, the latency phase, the report."""
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from bench.compare.common import (
     LABELS,
     LOAD_CHUNK,
     ROOT,
-    loadavg,
     say,
 )
 from bench.compare.context import Context
@@ -36,7 +35,8 @@ from bench.compare.naive import drain_naive
 from bench.compare.ours import drain_relay, latency_ours
 from bench.compare.report import render, write_docs
 from bench.compare.services import server_settings, start_services
-from bench.compare.topics import delete_topics
+from bench.shared.procstat import loadavg
+from bench.shared.topics import delete_topics
 
 
 def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespace:
@@ -96,15 +96,6 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
         help="write docs/benchmarks.md and docs/img/ (default: on for a run of every contender "
         "of the full comparison, off for fewer and with --ci: a partial run must not replace "
         "the table)",
-    )
-    p.add_argument(
-        "--profile",
-        type=Path,
-        default=None,
-        help="run ours (first round) under pyinstrument, text report to this file",
-    )
-    p.add_argument(
-        "--profile-path", default="", help="PYTHONPATH entry where pyinstrument is installed"
     )
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
@@ -203,7 +194,7 @@ async def run(args: argparse.Namespace) -> int:
     load_after = loadavg()
     plot_rel: str | None = None
     if args.write_docs and points:
-        from bench import plot
+        from bench.shared import plot
 
         chart = ROOT / "docs" / "img" / "relay_latency.svg"
         plot.latency_plot(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from bench.compare.backlog import Backlog, copy_database, drop_database
 from bench.compare.services import Services
-from bench.compare.topics import create_topic
-from bench.emit_overhead import TOPIC
+from bench.shared.orders import TOPIC
+from bench.shared.topics import create_topic
 
 
 @dataclass

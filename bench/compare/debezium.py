@@ -21,7 +21,7 @@ from bench.compare.common import DEBEZIUM_VERSION, KAFKA_VERSION, ROOT, Q, say
 from bench.compare.context import Context
 from bench.compare.drain import Drain, drain_processes
 from bench.compare.latency import LatencyPoint, offered_loads, warm_rows
-from bench.compare.processes import Proc, launch
+from bench.shared.processes import Proc, launch
 from scripts.ports import reserved_port
 
 

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 import psycopg
 
-from bench import procstat
 from bench.compare.audit import Audit, audit_topic
-from bench.compare.common import SAMPLE_S, Q, loadavg
+from bench.compare.common import SAMPLE_S, Q
 from bench.compare.context import Context
-from bench.compare.processes import Proc
 from bench.compare.services import Services
-from bench.compare.topics import TopicCounter
+from bench.shared import procstat
+from bench.shared.processes import Proc
+from bench.shared.procstat import loadavg
+from bench.shared.topics import TopicCounter
 
 
 @dataclass
@@ -47,11 +48,6 @@ class Drain:
     def events_out(self) -> int:
         """Events delivered: audited exactly where the topic was read, else as measured."""
         return self.audit.distinct if self.audit is not None else self.delivered
-
-    @property
-    def wall_rate(self) -> float:
-        wall = self.startup_s + self.active_s
-        return self.delivered / wall if wall > 0 else 0.0
 
     @property
     def cpu_us_per_event(self) -> float:

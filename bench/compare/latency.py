@@ -1,4 +1,4 @@
-"""End-to-end latency at offered loads: bench/steady_producer.py commits events at a steady
+"""End-to-end latency at offered loads: bench/compare/steady_producer.py commits events at a steady
 rate, a consumer takes receive time minus commit time by the seq in each payload."""
 
 from __future__ import annotations
@@ -9,15 +9,16 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench.compare.common import LATENCY_WARM_ROWS, PYTHON, ROOT, loadavg, say
+from bench.compare.common import LATENCY_WARM_ROWS, PYTHON, ROOT, say
 from bench.compare.context import Context
-from bench.compare.processes import Proc
+from bench.shared.processes import Proc
+from bench.shared.procstat import loadavg
+from bench.shared.steady import percentile
 
 
 @dataclass
@@ -32,16 +33,9 @@ class LatencyPoint:
     max_ms: float
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
-
-
 @dataclass
 class Offered:
-    """One run of bench/steady_producer.py: commit time per seq."""
+    """One run of bench/compare/steady_producer.py: commit time per seq."""
 
     first_seq: int
     commit_at: list[float]
@@ -61,7 +55,7 @@ async def offer(
         [
             PYTHON,
             "-m",
-            "bench.steady_producer",
+            "bench.compare.steady_producer",
             "--database-url",
             url,
             "--rate",

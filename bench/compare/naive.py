@@ -1,4 +1,4 @@
-"""Contender "naive": bench/naive_relay.py, one row per transaction and one awaited send per
+"""Contender "naive": bench/compare/naive_relay.py, one row per transaction and one awaited send per
 event; stopped after --naive-max-s of draining, its rate being steady."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from bench.compare.backlog import load_backlog
 from bench.compare.common import PYTHON
 from bench.compare.context import Context
 from bench.compare.drain import Drain, drain_processes
-from bench.compare.processes import Proc, launch, relay_env
+from bench.shared.processes import Proc, launch, relay_env
 
 
 async def drain_naive(ctx: Context, round_no: int) -> Drain:
@@ -16,7 +16,7 @@ async def drain_naive(ctx: Context, round_no: int) -> Drain:
     cmd = [
         PYTHON,
         "-m",
-        "bench.naive_relay",
+        "bench.compare.naive_relay",
         "--database-url",
         url,
         "--bootstrap",

@@ -4,32 +4,14 @@ retention=delete; and its offered-load latency."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from bench.compare.backlog import load_backlog
 from bench.compare.common import PYTHON
 from bench.compare.context import Context
 from bench.compare.drain import Drain, drain_processes
 from bench.compare.latency import LatencyPoint, offered_loads, warm_rows
-from bench.compare.processes import Proc, launch, relay_env
+from bench.shared.processes import Proc, launch, relay_env
 
-
-def relay_cmd(profile: Path | None) -> list[str]:
-    if profile is None:
-        return [PYTHON, "-m", "relay.cli", "run"]
-    return [
-        PYTHON,
-        "-m",
-        "pyinstrument",
-        "-r",
-        "text",
-        "-o",
-        str(profile),
-        "-m",
-        "relay.cli",
-        "run",
-    ]
+RELAY = [PYTHON, "-m", "relay.cli", "run"]
 
 
 async def drain_relay(ctx: Context, contender: str, round_no: int) -> Drain:
@@ -39,16 +21,10 @@ async def drain_relay(ctx: Context, contender: str, round_no: int) -> Drain:
     if contender == "ours-delete":
         env["OUTBOX_RETENTION"] = "delete"
     replicas = 2 if contender == "ours2" else 1
-    profile = ctx.args.profile if contender == "ours" and round_no == 0 else None
-    if profile is not None:
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [env["PYTHONPATH"], ctx.args.profile_path])
-        )
 
     def start() -> list[Proc]:
         return [
-            launch(f"{contender}-r{round_no}-{i}", relay_cmd(profile), env, ctx.logdir)
-            for i in range(replicas)
+            launch(f"{contender}-r{round_no}-{i}", RELAY, env, ctx.logdir) for i in range(replicas)
         ]
 
     result = await drain_processes(
@@ -63,7 +39,7 @@ async def latency_ours(ctx: Context) -> list[LatencyPoint]:
     # A table that has seen traffic: the backlog loaded and analyzed, drained as warm-up.
     load_backlog(url, warm_rows(ctx))
     env = relay_env(url, ctx.services.bootstrap, prefix)
-    proc = launch("ours-latency", relay_cmd(None), env, ctx.logdir)
+    proc = launch("ours-latency", RELAY, env, ctx.logdir)
     try:
         return await offered_loads("ours", url, topic, ctx, proc)
     finally:

@@ -146,7 +146,7 @@ def render(
         "### Command",
         "",
         "```bash",
-        " ".join([".venv/bin/python bench/relay_compare.py", *args.argv]),
+        " ".join([".venv/bin/python -m bench relay_compare", *args.argv]),
         "```",
         "",
         "### Machine",

@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg
 
-from bench import procstat
 from bench.compare.common import BENCH_PG_OPTIONS, PYTHON, ROOT, Q, say
+from bench.shared import procstat
 
 
 @dataclass

@@ -8,8 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from consumer_lib import Database
-from consumer_lib.database import DeadLetterRow, Handler, Work
+from consumer_lib import Database, DeadLetterRow, Handler, Work
 
 
 @dataclass

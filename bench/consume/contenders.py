@@ -15,18 +15,18 @@ import psycopg
 from aiokafka import AIOKafkaConsumer
 
 from bench.consume.clock import Clock, ClockedDatabase
-from bench.database import load_sql
-from bench.orders import EVENT_TYPE
+from bench.shared.database import load_sql
+from bench.shared.orders import EVENT_TYPE
 from consumer_lib import (
     ConsumedEvent,
     Consumer,
     ConsumerApp,
     ConsumerSettings,
     Database,
+    Handler,
     PsycopgAsync,
     SqlAlchemyAsync,
 )
-from consumer_lib.database import Handler
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.queries import query
 

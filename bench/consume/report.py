@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from bench.consume.contenders import BASELINE
-from bench.markdown_table import markdown_table
+from bench.shared.tables import PAIRED, markdown_table, ratios
 
 
 @dataclass
@@ -42,9 +42,7 @@ def print_table(results: Sequence[Result]) -> None:
         )
     ]
     for r in results:
-        b = base[r.partitions]
-        ratio = r.median / b.median
-        paired = statistics.median(v / w for v, w in zip(r.rates, b.rates, strict=True))
+        ratio, paired = ratios(r.rates, base[r.partitions].rates)
         rows.append(
             (
                 str(r.partitions),
@@ -59,10 +57,7 @@ def print_table(results: Sequence[Result]) -> None:
         )
     print("\n".join(markdown_table(rows, left=2)))
     print()
-    print(
-        "ratio to plain = median ev/s / plain's median ev/s on the same topic; paired ratio = "
-        "median over rounds of the same round's ratio"
-    )
+    print(f"ratio to plain = median ev/s / plain's median ev/s on the same topic; {PAIRED}")
 
 
 def versions() -> str:

@@ -4,13 +4,14 @@ same orders as relay-shaped records (event_id, event_type and content-type heade
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from bench.orders import EVENT_TYPE, make_orders, order_payload
+from bench.shared.orders import EVENT_TYPE, make_orders, order_payload
+from bench.shared.topics import create_topic
 from producer_lib import Outbox
 
 
@@ -19,8 +20,6 @@ async def fill_topics(
 ) -> tuple[dict[int, str], int]:
     """One topic per partition count, each holding the same `events` orders; returns the
     topics and the payload size."""
-    import random
-
     rng = random.Random(seed)
     orders = make_orders(rng, events)
     outbox = Outbox()
@@ -38,14 +37,8 @@ async def fill_topics(
         for o, s in zip(orders, serialized, strict=True)
     ]
     topics = {n: f"{prefix}-p{n}" for n in partition_counts}
-    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await client.start()
-    try:
-        await client.create_topics(
-            [NewTopic(t, num_partitions=n, replication_factor=1) for n, t in topics.items()]
-        )
-    finally:
-        await client.close()
+    for partitions, topic in topics.items():
+        await create_topic(bootstrap, topic, partitions)
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=10
     )
@@ -60,12 +53,3 @@ async def fill_topics(
     finally:
         await producer.stop()
     return topics, len(serialized[0].data)
-
-
-async def drop_topics(bootstrap: str, topics: Sequence[str]) -> None:
-    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await client.start()
-    try:
-        await client.delete_topics(list(topics))
-    finally:
-        await client.close()

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.markdown_table import markdown_table
+from bench.shared.tables import PAIRED, markdown_table, ratios
 
 
 @dataclass(frozen=True)
@@ -22,17 +22,7 @@ class Result:
 
 
 def ratio(result: Result, by_name: dict[str, Result]) -> float | None:
-    if not result.baseline:
-        return None
-    return result.median / by_name[result.baseline].median
-
-
-def paired_ratio(result: Result, by_name: dict[str, Result]) -> float | None:
-    """Median over rounds of this round's tx/s over its baseline's in the same round."""
-    if not result.baseline:
-        return None
-    base = by_name[result.baseline].tps
-    return statistics.median(v / b for v, b in zip(result.tps, base, strict=True))
+    return ratios(result.tps, by_name[result.baseline].tps)[0] if result.baseline else None
 
 
 def print_table(results: Sequence[Result], clients: int) -> None:
@@ -53,11 +43,10 @@ def print_table(results: Sequence[Result], clients: int) -> None:
     ]
     for r in results:
         ms = 1000.0 * clients / r.median
-        rat = ratio(r, by_name)
-        pair = paired_ratio(r, by_name)
-        if rat is None or pair is None:
+        if not r.baseline:
             extra = ("", "", "", "")
         else:
+            rat, pair = ratios(r.tps, by_name[r.baseline].tps)
             added = ms - 1000.0 * clients / by_name[r.baseline].median
             extra = (f"{added:+.3f}", f"{rat:.3f}", f"{1 - rat:.1%}", f"{pair:.3f}")
         rows.append(
@@ -72,10 +61,7 @@ def print_table(results: Sequence[Result], clients: int) -> None:
         )
     print("\n".join(markdown_table(rows, left=1)))
     print()
-    print(
-        "ratio = median tx/s / its baseline's median tx/s; overhead = 1 - ratio; "
-        "paired ratio = median over rounds of the same round's ratio"
-    )
+    print(f"ratio = median tx/s / its baseline's median tx/s; overhead = 1 - ratio; {PAIRED}")
     print(
         "ms/tx = wall time per transaction"
         + (f" per client ({clients} clients / tx/s)" if clients > 1 else "")

@@ -15,8 +15,8 @@ from sqlalchemy import BigInteger, create_engine
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from bench.database import load_sql
-from bench.orders import EVENT_TYPE, TOPIC, Order, order_payload
+from bench.shared.database import load_sql
+from bench.shared.orders import EVENT_TYPE, TOPIC, Order, order_payload
 from producer_lib import Outbox
 
 

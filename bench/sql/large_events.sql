@@ -3,10 +3,6 @@
 -- name: large_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
--- name: large_clear
--- bench/emit_large.py: the rows of the last round go before the next one.
-TRUNCATE outbox_events;
-
 -- name: large_read
 -- --postgres-alone: the backlog's next rows in id order with their payloads, as many as
 -- the relay's byte budget claims at once.

@@ -1,4 +1,4 @@
--- The naive relay of bench/naive_relay.py: a hand-written polling loop, one row per
+-- The naive relay of bench/compare/naive_relay.py: a hand-written polling loop, one row per
 -- transaction, held open (row locked) while the row's send to Kafka is awaited.
 
 -- name: naive_claim_one

@@ -1,6 +1,6 @@
 """The relay benchmark's harness still works: its CI mode, ours against the naive relay.
 
-`bench/relay_compare.py --ci` copies a 10,000-event backlog written by producer_lib into
+`python -m bench relay_compare --ci` copies a 10,000-event backlog written by producer_lib into
 two private databases on the test Postgres, drains one with `python -m relay.cli run`
 (defaults) and one with the hand-written naive relay into private topics, reads both
 topics whole, and exits 1 when a drain lost, reordered or failed to finish events. Which
@@ -32,7 +32,7 @@ def test_the_ci_mode_drains_ours_and_the_naive_relay_whole(
     # A session of its own: on a timeout the relays the harness launched are killed with
     # it, instead of running on, orphaned, against a database nobody drops.
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "relay_compare.py"), "--ci"],
+        [sys.executable, "-m", "bench", "relay_compare", "--ci"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

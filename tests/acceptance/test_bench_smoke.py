@@ -1,13 +1,10 @@
-"""The issue benches still run, at a size that proves it and nothing about speed.
+"""The benches still run through their entry point (`python -m bench NAME`), at a size
+that proves it and nothing about speed.
 
-bench/relay_hot_path.py fakes the relay's store with a class of its own, and a change
-of the Store protocol (the claim's tenant turns) once broke it unnoticed;
-bench/tenant_fairness.py launches relays and writers in every configuration;
-bench/pg_fetch_waits.py counts the event loop's waits by patching it; bench/outbox_bloat.py
-holds a snapshot open beside a relay; bench/large_events.py samples a relay's memory;
-bench/relay_failover.py SIGKILLs the active replica of a fleet under load;
-bench/relay_fleet.py runs bench/steady_floor.py's loop beside a relay. Each runs here
-against the test services, its output checked for the rows it exists to print.
+tenant_fairness launches relays and writers in every configuration; large_events samples
+a relay's memory; relay_fleet runs steady_floor's loop beside a relay; relay_latency
+measures an idle relay and a steady load. Each runs here against the test services, its
+output checked for the rows it exists to print.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ def run_bench(args: list[str], env: dict[str, str], timeout_s: float) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
-        pytest.fail(f"{args[0]} did not finish in {timeout_s:.0f} s:\n{output}")
+        pytest.fail(f"{args[:3]} did not finish in {timeout_s:.0f} s:\n{output}")
     assert proc.returncode == 0, output
     return output
 
@@ -52,31 +49,15 @@ def table_cells(row: str) -> list[str]:
     return [c.strip().replace(",", "") for c in row.strip("|").split("|")]
 
 
-def first_round(output: str) -> list[float]:
-    """The numbers of the `| 1 | ... |` row a round-by-round bench prints."""
-    (row,) = [line for line in output.splitlines() if line.startswith("| 1 |")]
-    return [float(cell) for cell in row.strip("|").split("|")[1:]]
-
-
-@pytest.mark.timeout(120)
-def test_the_hot_path_bench_runs(kafka_bootstrap: str) -> None:
-    output = run_bench(
-        ["bench/relay_hot_path.py", "--rows", "400", "--cycles", "2", "--rounds", "1"],
-        {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
-        100,
-    )
-    relay_path, alone = first_round(output)[:2]
-    assert relay_path > 0, output
-    assert alone > 0, output
-
-
 @pytest.mark.timeout(300)
 def test_the_fairness_bench_runs_with_the_tenants_apart(
     postgres_admin: str, kafka_bootstrap: str
 ) -> None:
     output = run_bench(
         [
-            "bench/tenant_fairness.py",
+            "-m",
+            "bench",
+            "tenant_fairness",
             "--events",
             "30000",
             "--rate",
@@ -100,79 +81,13 @@ def test_the_fairness_bench_runs_with_the_tenants_apart(
     assert "B p99 apart / B p99 idle" in output
 
 
-@pytest.mark.timeout(60)
-def test_the_fetch_waits_bench_runs(pg_url: str) -> None:
-    output = run_bench(
-        [
-            "bench/pg_fetch_waits.py",
-            *("--rows", "2000", "--queries", "2", "--rounds", "1"),
-            # A fetch in a thread beside the busy loop can starve for seconds a query (the
-            # bench's docstring says why); the budget bounds it.
-            *("--busy-queries", "1", "--busy-budget-s", "5", "--arrays"),
-        ],
-        {"DATABASE_URL": pg_url},
-        50,
-    )
-    waits_table, shapes_table = output.split("\n\n")
-    shapes = {line.split("|")[2].strip(): line for line in shapes_table.splitlines()[2:]}
-    assert set(shapes) == {"rows", "arrays"}, output
-    cells = first_round(waits_table)
-    assert cells[1] >= 1, output  # a 2,000-row result is more than one read
-    assert cells[0] > 0, output
-    assert cells[2] > 0, output
-    assert cells[4] > 0, output
-    assert cells[5] > 0, output
-    # One row of arrays arrives in a few large reads: fewer waits than 2,000 rows.
-    waits = {shape: float(line.strip("|").split("|")[-1]) for shape, line in shapes.items()}
-    assert waits["arrays"] < waits["rows"], output
-
-
-@pytest.mark.timeout(150)
-def test_the_bloat_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None:
-    output = run_bench(
-        ["bench/outbox_bloat.py", "--events", "3000", "--rounds", "2"],
-        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
-        140,
-    )
-    rows = {line.split("|")[1].strip(): line for line in output.splitlines() if line[:2] == "| "}
-    for mode in ("clean", "held"):
-        cells = table_cells(rows[mode])
-        rates, buffers = cells[1:3], cells[4:6]
-        assert all(float(r) > 0 for r in rates), output
-        assert all(int(b) > 0 for b in buffers), output
-    assert "held / clean per round:" in output
-
-
-@pytest.mark.timeout(150)
-def test_the_missing_topic_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None:
-    output = run_bench(
-        [
-            "bench/missing_topic.py",
-            "--database-url",
-            postgres_admin,
-            "--bootstrap",
-            kafka_bootstrap,
-            "--events",
-            "2000",
-            "--rounds",
-            "1",
-        ],
-        {},
-        140,
-    )
-    (row,) = [line for line in output.splitlines() if line.startswith("| 1 ")]
-    clean, missing, ratio = (float(c.replace(",", "")) for c in row.strip("|").split("|")[1:4])
-    assert clean > 0, output
-    assert missing > 0, output
-    assert ratio > 0, output
-    assert "median ratio (missing / clean):" in output
-
-
 @pytest.mark.timeout(240)
 def test_the_large_events_bench_runs(postgres_admin: str, kafka_bootstrap: str) -> None:
     output = run_bench(
         [
-            "bench/large_events.py",
+            "-m",
+            "bench",
+            "large_events",
             *("--events", "24", "--keys", "6", "--sizes", "200000", "--rounds", "1"),
             *("--floor", "--postgres-alone"),
         ],
@@ -212,51 +127,15 @@ def test_the_large_events_bench_runs(postgres_admin: str, kafka_bootstrap: str) 
     assert peak >= before > 0, output
 
 
-@pytest.mark.timeout(150)
-def test_the_horizon_explain_bench_runs_and_floors_skip_dead_entries(postgres_admin: str) -> None:
-    output = run_bench(
-        ["bench/horizon_explain.py", "--levels", "0,4000"],
-        {"DATABASE_URL": postgres_admin},
-        140,
-    )
-    cells = {
-        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line.strip("|").split("|")[2]
-        for line in output.splitlines()
-        if line[:2] == "| " and "dead rows" not in line
-    }
-    buffers = {k: int(v.strip().replace(",", "")) for k, v in cells.items()}
-    # 16,000 rows published under the held snapshot (two backlogs of 8,000): the floored
-    # probe steps over none of their entries.
-    assert (
-        buffers["16,000", "empty claim floored"] * 10 < buffers["16,000", "empty claim unfloored"]
-    )
-
-
-@pytest.mark.timeout(180)
-def test_the_failover_bench_runs_and_loses_nothing(
-    postgres_admin: str, kafka_bootstrap: str
-) -> None:
-    output = run_bench(
-        [
-            "bench/relay_failover.py",
-            *("--replicas", "2", "--rate", "200", "--seconds", "10", "--kill-at", "3"),
-            *("--lease-ttl-s", "2", "--writers", "2", "--keys", "50", "--partitions", "2"),
-        ],
-        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
-        170,
-    )
-    assert "SIGKILLed relay-" in output, output
-    assert "after the kill, p99 per window" in output, output
-    assert output.rstrip().endswith("missing 0"), output
-
-
 @pytest.mark.timeout(200)
 def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
     postgres_admin: str, kafka_bootstrap: str
 ) -> None:
     output = run_bench(
         [
-            "bench/relay_fleet.py",
+            "-m",
+            "bench",
+            "relay_fleet",
             *("--fleets", "1", "--floor-gathers", "0.01", "--idle-s", "1", "--seconds", "3"),
             *("--rate", "200", "--writers", "2", "--keys", "50", "--partitions", "2"),
         ],
@@ -276,3 +155,24 @@ def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
         # Percent of one core, all relays together: at most every core of the machine.
         assert 0 < steady_cpu <= 100 * (os.cpu_count() or 1), output
         assert missing == 0, output
+
+
+@pytest.mark.timeout(200)
+def test_the_latency_bench_measures_an_idle_relay_and_a_load(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
+    output = run_bench(
+        [
+            *("-m", "bench", "relay_latency", "--rates", "200", "--seconds", "2"),
+            *("--idle-s", "1", "--ceiling-events", "0", "--writers", "2", "--keys", "50"),
+            *("--partitions", "2"),
+        ],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        190,
+    )
+    assert "idle relay: " in output, output
+    (row,) = [line for line in output.splitlines() if line.startswith("| 200 ")]
+    cells = table_cells(row)
+    assert float(cells[2]) > 0, output  # p50 ms
+    assert int(cells[5]) > 0, output  # measured
+    assert cells[6] == "0", output  # missing

@@ -13,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare.processes import Proc
-from bench.large_events import parse_args, poll_until
-from bench.warm_memory import warm
+from bench.large_events import parse_args
+from bench.shared.processes import Proc, poll_until
+from bench.shared.warm_memory import warm
+
+
+@pytest.fixture(autouse=True)
+def services(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The services a bench's parser requires, named (nothing connects to them here)."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://bench@127.0.0.1:1/bench")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
 
 
 def test_the_relay_s_default_mode_alone_unless_asked() -> None:

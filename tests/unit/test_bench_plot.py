@@ -1,15 +1,12 @@
-"""bench/plot.py draws the benchmarks' charts with matplotlib, as SVG (text kept as text)
-and PNG, the same bytes from the same numbers; the docs' latency charts are the ones the
-recorded numbers in bench/data draw; a malformed data file is refused with its row."""
+"""bench/shared/plot.py draws the benchmarks' charts with matplotlib, as SVG (text kept as
+text) and PNG, the same bytes from the same numbers."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
-from bench import plot
+from bench.shared import plot
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = [
@@ -50,45 +47,3 @@ def test_the_same_numbers_draw_the_same_files(tmp_path: Path) -> None:
     first = [p.read_bytes() for p in plot.latency_plot(tmp_path / "a.svg", ROWS)]
     second = [p.read_bytes() for p in plot.latency_plot(tmp_path / "b.svg", ROWS)]
     assert first == second
-
-
-@pytest.mark.parametrize(
-    ("data", "chart", "args"),
-    [
-        ("relay_latency.csv", "relay_latency.svg", []),
-        (
-            "relay_latency_commit.csv",
-            "relay_latency_commit.svg",
-            ["--target-ms", "25", "--no-target-at", "--title",
-             "Commit to Kafka latency against offered load"],
-        ),
-    ],
-)  # fmt: skip
-def test_the_docs_charts_are_drawn_from_the_recorded_numbers(
-    tmp_path: Path, data: str, chart: str, args: list[str]
-) -> None:
-    """The command in each data file's header redraws the committed chart exactly."""
-    header = (ROOT / "bench" / "data" / data).read_text()
-    assert f"bench/data/{data} docs/img/{chart}" in header
-    assert (
-        plot.main(["latency", str(ROOT / "bench" / "data" / data), str(tmp_path / chart), *args])
-        == 0
-    )
-    assert (tmp_path / chart).read_bytes() == (ROOT / "docs" / "img" / chart).read_bytes()
-
-
-@pytest.mark.parametrize(
-    ("text", "says"),
-    [
-        ("series,offered,p50_ms,p99_ms\nours,500,4.8,ten\n", "bad row"),
-        ("series,offered,p50_ms\nours,500,4.8\n", "bad row"),
-        ("series,offered,p50_ms,p99_ms\nours,500\n", "bad row"),
-        ("# only notes\n", "no rows"),
-        ("", "no rows"),
-    ],
-)
-def test_a_malformed_data_file_is_refused(tmp_path: Path, text: str, says: str) -> None:
-    path = tmp_path / "data.csv"
-    path.write_text(text)
-    with pytest.raises(SystemExit, match=says):
-        plot.read_latency_csv(path)

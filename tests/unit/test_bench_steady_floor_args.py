@@ -9,6 +9,13 @@ import pytest
 from bench import large_events, relay_fleet, steady_floor
 
 
+@pytest.fixture(autouse=True)
+def services(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The services a bench's parser requires, named (nothing connects to them here)."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://bench@127.0.0.1:1/bench")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+
+
 def test_the_floor_sleeps_a_hundredth_and_takes_up_to_500_rows_by_default() -> None:
     args = steady_floor.parse_args([])
     assert (args.gather_s, args.limit) == (0.01, 500)

@@ -212,3 +212,22 @@ async def test_consumer_in_background_raises_what_stopped_the_consumer(tmp_path:
             async with consumer_in_background(app, stop_timeout_s=30):
                 pass
         await engine.dispose()
+
+
+def test_every_type_the_database_protocol_names_is_public() -> None:
+    """A Database of one's own (or a wrapper) needs the types its methods take, from the
+    package itself rather than its modules."""
+    import typing
+
+    import consumer_lib
+
+    named = {
+        hint
+        for method in ("apply_work", "apply", "keep_dead_letter")
+        for name, hint in typing.get_type_hints(getattr(consumer_lib.Database, method)).items()
+        if name != "return" and getattr(hint, "__module__", "").startswith("consumer_lib")
+    }
+    named.add(consumer_lib.Handler)  # an alias: its hint is the Callable it stands for
+    exported = {getattr(consumer_lib, name) for name in consumer_lib.__all__}
+    assert named <= exported
+    assert {consumer_lib.Work, consumer_lib.DeadLetterRow} <= named

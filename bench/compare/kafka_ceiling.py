@@ -27,7 +27,7 @@ import json
 import sys
 import time
 
-from bench.ceiling import lease_all, measured, release_all
+from bench.compare.db_ceiling import lease_all, measured, release_all
 from relay.cli import tune_collector
 from relay.config import RelaySettings, load_settings
 from relay.database import make_store

@@ -20,18 +20,14 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaProducer
 
-from outbox_core.queries import parse_blocks
+from bench.shared.database import load_sql
 
-SQL = parse_blocks(
-    (Path(__file__).resolve().parent / "sql" / "naive_relay.sql").read_text("utf-8"),
-    "naive_relay.sql",
-)
+SQL = load_sql("naive_relay.sql")
 
 
 async def relay(url: str, bootstrap: str, prefix: str, poll_s: float, stop: asyncio.Event) -> int:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from pydantic import SecretStr
 
-from bench.procstat import sample
+from bench.shared.procstat import sample
 from relay.cli import tune_collector
 from relay.database import DatabaseSettings, make_store
 from relay.store import ClaimRequest, SettleRequest, Store
@@ -51,7 +51,7 @@ async def release_all(store: Store, owner: str, tokens: dict[int, int]) -> None:
 
 
 def measured(first: float, done: float, count: int, cpu_first: float) -> dict[str, float]:
-    """The JSON line this program and bench/kafka_ceiling.py print: the window, its count,
+    """The JSON line this program and bench/compare/kafka_ceiling.py print: the window, its count,
     this process's CPU in it and since start, and its peak RSS."""
     cpu_done = time.process_time()
     # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across execve, so a program

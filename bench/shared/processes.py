@@ -3,9 +3,12 @@ relays get."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,3 +65,21 @@ def relay_env(url: str, bootstrap: str, prefix: str) -> dict[str, str]:
     # relays on this machine, would otherwise collide on the fixed one.
     env["OUTBOX_HTTP_PORT"] = "0"
     return env
+
+
+async def poll_until(
+    done: Callable[[], Awaitable[bool]],
+    proc: Proc,
+    timeout_s: float,
+    what: str,
+    every_s: float = 0.02,
+) -> None:
+    """Every every_s until done(); raises once proc (the relay, or the floor loop) has exited
+    or timeout_s has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not await done():
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} in {timeout_s:.0f} s:\n{proc.tail()}")
+        await asyncio.sleep(every_s)

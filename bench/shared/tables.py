@@ -1,9 +1,19 @@
 """The benchmarks' result tables, in Markdown so that a run can be pasted into
-docs/benchmarks.md as it is."""
+docs/benchmarks.md as it is, and the ratio of a contender's rounds to its baseline's."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
+
+PAIRED = "paired ratio = median over rounds of the same round's ratio"
+
+
+def ratios(rates: Sequence[float], baseline: Sequence[float]) -> tuple[float, float]:
+    """Rates measured round by round beside the baseline's, interleaved: the median over the
+    baseline's median, and the median of each round's ratio (PAIRED)."""
+    paired = statistics.median(v / b for v, b in zip(rates, baseline, strict=True))
+    return statistics.median(rates) / statistics.median(baseline), paired
 
 
 def markdown_table(rows: Sequence[Sequence[str]], left: int) -> list[str]:

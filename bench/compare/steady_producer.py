@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from bench.emit_overhead import make_orders, sequenced_order_event
+from bench.shared.orders import make_orders, sequenced_order_event
 from producer_lib import Outbox
 
 

@@ -1,4 +1,5 @@
-"""CPU seconds and resident memory of processes, read from /proc (Linux only, no psutil).
+"""CPU seconds and resident memory of processes and the load average, read from /proc
+(Linux only, no psutil).
 
 `/proc/<pid>/stat` fields 14 and 15 are user and system time in clock ticks; VmHWM in
 `/proc/<pid>/status` is the peak resident set size since the process started.
@@ -29,6 +30,11 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
     # The command name (field 2) may hold spaces: split after its closing parenthesis.
     return text[text.rindex(")") + 2 :].split()
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, to quote beside any figure."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def cpu_seconds(pid: int) -> float | None:

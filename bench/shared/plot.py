@@ -5,10 +5,7 @@ embed: text stays text) and PNG, whichever of the two suffixes the path given ha
 
 from __future__ import annotations
 
-import argparse
-import csv
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -128,53 +125,3 @@ def timeline_plot(
     ax.set_title(title)
     _legend(fig, ax, markerscale=4)
     return _save(fig, path)
-
-
-def read_latency_csv(path: Path) -> list[tuple[str, float, float, float]]:
-    """(series, offered, p50 ms, p99 ms) rows of a CSV with those columns; # lines are notes."""
-    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
-    rows = []
-    for record in csv.DictReader(lines):
-        try:
-            rows.append(
-                (
-                    record["series"],
-                    float(record["offered"]),
-                    float(record["p50_ms"]),
-                    float(record["p99_ms"]),
-                )
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SystemExit(f"{path}: bad row {record}: {exc!r}") from None
-    if not rows:
-        raise SystemExit(f"{path}: no rows")
-    return rows
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Redraw a latency chart from numbers a bench recorded (bench/data/*.csv)."""
-    parser = argparse.ArgumentParser(prog="python -m bench.plot", description=main.__doc__)
-    sub = parser.add_subparsers(dest="chart", required=True)
-    latency = sub.add_parser("latency", help="latency against offered load")
-    latency.add_argument("csv", type=Path, help="columns series,offered,p50_ms,p99_ms")
-    latency.add_argument("out", type=Path, help="where to write (.svg and .png both)")
-    latency.add_argument("--target-ms", type=float, default=50.0)
-    latency.add_argument("--target-at", type=float, default=2000.0)
-    latency.add_argument("--no-target-at", action="store_true", help="a bar at every rate")
-    latency.add_argument("--title", default=None)
-    args = parser.parse_args(argv)
-    extra = {"title": args.title} if args.title else {}
-    written = latency_plot(
-        args.out,
-        read_latency_csv(args.csv),
-        target_ms=args.target_ms,
-        target_at=None if args.no_target_at else args.target_at,
-        **extra,
-    )
-    for path in written:
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

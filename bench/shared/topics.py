@@ -1,11 +1,12 @@
-"""Kafka topics of the comparison: a fresh one per drain, removed at the end, and the count of
-records on one from its partitions' end offsets."""
+"""The benchmarks' Kafka topics: a fresh one per run or drain, removed at the end, and the
+count of records on one from its partitions' end offsets."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -50,6 +51,23 @@ async def delete_topics(bootstrap: str, names: list[str]) -> None:
             await client.delete_topics(names)
     finally:
         await client.close()
+
+
+@contextlib.asynccontextmanager
+async def private_topic(
+    bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """A topic of this run's own, deleted on the way out."""
+    try:
+        await create_topic(bootstrap, name, partitions, configs)
+        yield name
+    finally:
+        await delete_topics(bootstrap, [name])
+
+
+# The broker stamps each record as it appends it: commit-to-append latency is measured on
+# the broker's clock, the same machine's as Postgres's.
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
 
 class TopicCounter:
