@@ -27,6 +27,7 @@ from outbox_core.errors import (
 RETRIABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
 _UNIQUE_VIOLATION = "23505"
 _UNDEFINED_TABLE = "42P01"
+_SQLITE_UNIQUE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
 _MISSING_SCHEMA = "outbox tables are missing, run `outbox-relay migrate`"
 _DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3")
 # PgBouncer's refusals of a startup parameter ("unsupported startup parameter: options";
@@ -80,6 +81,13 @@ def _postgres_state(orig: BaseException) -> tuple[str | None, bool] | None:
     return None
 
 
+def _constraint_name(orig: BaseException) -> str | None:
+    """The violated constraint's name, as each Postgres driver reports it."""
+    diag = getattr(orig, "diag", None)  # psycopg 3 and psycopg2
+    name = getattr(diag, "constraint_name", None) or getattr(orig, "constraint_name", None)
+    return name if isinstance(name, str) else None
+
+
 def classify(exc: BaseException) -> OutboxError:
     """Our exception for a driver's; ours pass through unchanged. Never raises."""
     if isinstance(exc, OutboxError):
@@ -98,7 +106,7 @@ def classify(exc: BaseException) -> OutboxError:
                 parameter=refused.group(1),
             )
         if state == _UNIQUE_VIOLATION:
-            return UniqueViolation(message, retriable=False, sqlstate=state)
+            return UniqueViolation(message, constraint=_constraint_name(orig), sqlstate=state)
         if state == _UNDEFINED_TABLE:
             return MigrationError(f"{_MISSING_SCHEMA}: {message}")
         retriable = (
@@ -110,8 +118,10 @@ def classify(exc: BaseException) -> OutboxError:
         return DatabaseError(message, retriable=retriable, sqlstate=state)
     if isinstance(orig, sqlite3.Error):
         text = str(orig)
-        if isinstance(orig, sqlite3.IntegrityError) and "UNIQUE constraint failed" in text:
-            return UniqueViolation(message, retriable=False)
+        if getattr(orig, "sqlite_errorname", None) in _SQLITE_UNIQUE:
+            # sqlite3 names the key only in its message: "UNIQUE constraint failed: t.c".
+            _, _, columns = text.partition("constraint failed: ")
+            return UniqueViolation(message, constraint=columns.strip() or None)
         if "no such table" in text:
             return MigrationError(f"{_MISSING_SCHEMA}: {message}")
         retriable = sa_retriable or (

@@ -44,7 +44,15 @@ class SessionSettingsDropped(StartupParameterRefused):
 
 
 class UniqueViolation(DatabaseError):
-    """A row with the same unique key exists; the message names the constraint."""
+    """A row with the same unique key exists. `constraint` says which key, as the database
+    names it: Postgres's constraint name (`outbox_events_event_id_key`), SQLite's
+    `table.column` list (`outbox_events.event_id`); None when the driver gave no name."""
+
+    def __init__(
+        self, message: str, *, constraint: str | None, sqlstate: str | None = None
+    ) -> None:
+        super().__init__(message, retriable=False, sqlstate=sqlstate)
+        self.constraint = constraint
 
 
 class MigrationError(OutboxError):

@@ -167,7 +167,7 @@ def _duplicates_named() -> Iterator[None]:
     try:
         yield
     except UniqueViolation as exc:
-        if not any(name in str(exc) for name in _EVENT_ID_UNIQUE):
+        if exc.constraint not in _EVENT_ID_UNIQUE:
             raise
         raise DuplicateEventId(
             "an event with this event_id already exists", field="event_id"

@@ -5,6 +5,7 @@ against Postgres in tests/integration (test_emit, test_consumer)."""
 from __future__ import annotations
 
 import socket
+import sqlite3
 
 import asyncpg
 import pytest
@@ -79,3 +80,41 @@ def test_a_socket_error_of_a_connect_is_retriable(error: OSError) -> None:
     ours = classify(error)
     assert type(ours) is DatabaseError
     assert ours.retriable
+
+
+def test_a_unique_violation_names_its_key_as_a_value_not_in_its_text() -> None:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT UNIQUE, c TEXT, d TEXT)")
+    db.execute("CREATE UNIQUE INDEX t_cd ON t (c, d)")
+    db.execute("INSERT INTO t VALUES (1, 'x', 'y', 'z')")
+    names = {}
+    for label, row in (
+        ("b", (2, "x", "1", "1")),
+        ("cd", (3, "2", "y", "z")),
+        ("a", (1, "3", "", "")),
+    ):
+        try:
+            db.execute("INSERT INTO t VALUES (?, ?, ?, ?)", row)
+        except sqlite3.IntegrityError as exc:
+            ours = classify(exc)
+            assert isinstance(ours, UniqueViolation)
+            names[label] = ours.constraint
+    assert names == {"b": "t.b", "cd": "t.c, t.d", "a": "t.a"}
+    # A NOT NULL failure is an integrity error too, but no unique key.
+    db.execute("CREATE TABLE n (v TEXT NOT NULL)")
+    with pytest.raises(sqlite3.IntegrityError) as caught:
+        db.execute("INSERT INTO n VALUES (NULL)")
+    assert not isinstance(classify(caught.value), UniqueViolation)
+
+
+def test_a_postgres_unique_violation_takes_the_drivers_constraint_name() -> None:
+    error = asyncpg.exceptions.UniqueViolationError("duplicate key value")
+    error.constraint_name = "outbox_events_event_id_key"
+    ours = classify(error)
+    assert isinstance(ours, UniqueViolation)
+    assert ours.constraint == "outbox_events_event_id_key"
+    assert ours.sqlstate == "23505"
+    # A driver that names no constraint: None, never a guess from the message.
+    unnamed = classify(asyncpg.exceptions.UniqueViolationError("outbox_events_event_id_key"))
+    assert isinstance(unnamed, UniqueViolation)
+    assert unnamed.constraint is None
