@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import SettingsConfigDict
 
 from consumer_lib.errors import ConsumerConfigError
@@ -48,12 +49,21 @@ def _topic_name(value: str) -> str:
     return value
 
 
+def _no_bool(value: Any) -> Any:
+    # pydantic takes True for 1 in code, while the environment's "True" is no number: a
+    # bool is refused both ways.
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_type", "a number is expected, not a boolean")
+    return value
+
+
 Text = Annotated[str, AfterValidator(_not_blank)]
 Name = Annotated[str, Field(max_length=_MAX_NAME_CHARS), AfterValidator(_not_blank)]
 TopicName = Annotated[str, AfterValidator(_topic_name)]
-Count = Annotated[int, Field(ge=1, le=_MAX_INT)]
+NotBool = BeforeValidator(_no_bool)
+Count = Annotated[int, Field(ge=1, le=_MAX_INT), NotBool]
 # A wait of 0 would make the loop it paces spin.
-Seconds = Annotated[float, Field(gt=0, le=_MAX_SECONDS, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(gt=0, le=_MAX_SECONDS, allow_inf_nan=False), NotBool]
 
 
 class ConsumerKafkaSecurity(KafkaSecuritySettings):
@@ -127,7 +137,7 @@ class ConsumerSettings(FlatSettings):
     )
     purge_interval_s: Seconds = Field(default=300.0, description="How often they are purged.")
     purge_batch_size: Count = Field(default=1000, description="Rows deleted per purge statement.")
-    shutdown_grace_s: float = Field(
+    shutdown_grace_s: Annotated[float, NotBool] = Field(
         default=20.0,
         ge=0,
         le=_MAX_SECONDS,
@@ -139,7 +149,7 @@ class ConsumerSettings(FlatSettings):
         default=True,
         description="Create missing dead-letter topics at start (brokers rarely auto-create).",
     )
-    http_port: int | None = Field(
+    http_port: Annotated[int, NotBool] | None = Field(
         default=None,
         ge=0,
         le=65535,

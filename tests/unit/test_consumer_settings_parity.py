@@ -45,6 +45,7 @@ COUNT_CASES: list[tuple[Any, SettingFault | None]] = [
     (2**31, RANGE),
     ("9" * 400, RANGE),
     (1.5, TYPE),
+    (True, TYPE),  # a bool is no count, in code as in the environment ("True")
     ("abc", TYPE),
     ("", TYPE),
     ("nan", TYPE),
@@ -71,6 +72,7 @@ DURATION_CASES: list[tuple[Any, SettingFault | None]] = [
     (math.nan, FINITE),
     (math.inf, FINITE),
     (-math.inf, FINITE),
+    (True, TYPE),
     ("abc", TYPE),
     ("", TYPE),
     ([1], TYPE),
@@ -82,6 +84,7 @@ SHUTDOWN_CASES: list[tuple[Any, SettingFault | None]] = [
     (TEN_YEARS + 1, RANGE),
     (math.nan, FINITE),
     (math.inf, FINITE),
+    (True, TYPE),
     ("", TYPE),
 ]
 TEXT_CASES: list[tuple[Any, SettingFault | None]] = [
@@ -138,6 +141,7 @@ CASES: list[tuple[str, Any, SettingFault | None]] = [
     ("http_port", 65536, RANGE),
     ("http_port", "", TYPE),
     ("http_port", "80.5", TYPE),
+    ("http_port", True, TYPE),
     ("kafka_security_protocol", "SSL", OK),
     ("kafka_security_protocol", "plaintext", CHOICE),
     ("kafka_security_protocol", "", CHOICE),
