@@ -11,6 +11,7 @@ from typing import Any
 
 from outbox_core.errors import UniqueViolation
 from outbox_core.executors import run_plan, run_plan_async
+from outbox_core.migrate import DEFAULT_SHARD_COUNT
 from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS, shard_for
 from producer_lib.emitter import emits, emits_async
 from producer_lib.errors import ConfigurationError, DuplicateEventId
@@ -19,7 +20,6 @@ from producer_lib.plans import WriteOptions, database_shard_count, emit_many, em
 from producer_lib.serialization import JsonSerializer, Serializer
 from producer_lib.transactions import async_executor, sync_executor
 
-DEFAULT_SHARD_COUNT = 16
 # aiokafka's default max_request_size is 1,048,576 bytes; leave room for the record
 # batch framing so an accepted event is never too large for the relay's producer.
 DEFAULT_MAX_EVENT_BYTES = 1_000_000
@@ -67,7 +67,6 @@ class Outbox:
             raise ConfigurationError("lock_namespace must fit a signed 32-bit int")
         if notify_channel is not None and not _CHANNEL.match(notify_channel):
             raise ConfigurationError("notify_channel must be a lowercase SQL identifier")
-        self.shard_count: int | None = shard_count
         self.serializer: Serializer = serializer or JsonSerializer()
         self.max_event_bytes = max_event_bytes
         self._opts = WriteOptions(
@@ -79,21 +78,32 @@ class Outbox:
             notify_channel=notify_channel,
         )
 
+    @property
+    def shard_count(self) -> int | None:
+        """The shard_count given, or the database's once an emit has read it; else None."""
+        return self._opts.shard_count or None
+
     def prepare(self, event: Event) -> EventRow:
         """Validate and serialize without writing: the checks every emit runs first.
         Until the database's shard_count is known, the row's shard is the default's."""
+        return self._prepare(event, self._opts)
+
+    def _prepare(self, event: Event, opts: WriteOptions) -> EventRow:
         return prepare(
             event,
             serializer=self.serializer,
-            shard_count=self.shard_count or DEFAULT_SHARD_COUNT,
+            shard_count=opts.shard_count or DEFAULT_SHARD_COUNT,
             max_event_bytes=self.max_event_bytes,
         )
 
-    def _learned(self, recorded: int, rows: list[EventRow]) -> list[EventRow]:
-        """The database's shard_count is now known: the rows are sharded by it."""
-        self.shard_count = recorded
-        self._opts = replace(self._opts, shard_count=recorded, check_shard_count=False)
-        return [replace(r, shard=shard_for(r.key, recorded)) for r in rows]
+    def _learn(self, recorded: int, rows: list[EventRow]) -> tuple[WriteOptions, list[EventRow]]:
+        """The database's shard_count is now known: the options with it, and the rows
+        sharded by it. The options are replaced in one assignment and every emit reads
+        them once, so threads sharing this Outbox see the old options or the new, never
+        a shard_count from one and a check from the other."""
+        opts = replace(self._opts, shard_count=recorded, check_shard_count=False)
+        self._opts = opts
+        return opts, [replace(r, shard=shard_for(r.key, recorded)) for r in rows]
 
     def _checked(self) -> None:
         # The database's shard_count cannot change under a running producer.
@@ -110,51 +120,54 @@ class Outbox:
         fair_tenants takes turns between tenants, so one tenant's flood does not delay
         the others. A key should belong to one tenant.
         """
-        row = self.prepare(event)
+        opts = self._opts
+        row = self._prepare(event, opts)
         executor = sync_executor(conn)
-        if self.shard_count is None:
-            [row] = self._learned(run_plan(database_shard_count(), executor), [row])
+        if not opts.shard_count:
+            opts, [row] = self._learn(run_plan(database_shard_count(), executor), [row])
         with _duplicates_named():
-            result: uuid.UUID = run_plan(emit_one(row, executor.dialect, self._opts), executor)
+            result: uuid.UUID = run_plan(emit_one(row, executor.dialect, opts), executor)
         self._checked()
         return result
 
     def emit_batch(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
         """Write many events in one statement (per event when idempotency keys are used)."""
-        rows = [self.prepare(e) for e in events]
+        opts = self._opts
+        rows = [self._prepare(e, opts) for e in events]
         executor = sync_executor(conn)
-        if self.shard_count is None and rows:
-            rows = self._learned(run_plan(database_shard_count(), executor), rows)
+        if not opts.shard_count and rows:
+            opts, rows = self._learn(run_plan(database_shard_count(), executor), rows)
         with _duplicates_named():
-            result: list[uuid.UUID] = run_plan(
-                emit_many(rows, executor.dialect, self._opts), executor
-            )
+            result: list[uuid.UUID] = run_plan(emit_many(rows, executor.dialect, opts), executor)
         self._checked()
         return result
 
     @emits_async
     async def emit_async(self, conn: Any, event: Event) -> uuid.UUID:
         """emit for AsyncSession, AsyncConnection and psycopg AsyncConnection."""
-        row = self.prepare(event)
+        opts = self._opts
+        row = self._prepare(event, opts)
         executor = await async_executor(conn)
-        if self.shard_count is None:
+        if not opts.shard_count:
             recorded = await run_plan_async(database_shard_count(), executor)
-            [row] = self._learned(recorded, [row])
+            opts, [row] = self._learn(recorded, [row])
         with _duplicates_named():
             result: uuid.UUID = await run_plan_async(
-                emit_one(row, executor.dialect, self._opts), executor
+                emit_one(row, executor.dialect, opts), executor
             )
         self._checked()
         return result
 
     async def emit_batch_async(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
-        rows = [self.prepare(e) for e in events]
+        opts = self._opts
+        rows = [self._prepare(e, opts) for e in events]
         executor = await async_executor(conn)
-        if self.shard_count is None and rows:
-            rows = self._learned(await run_plan_async(database_shard_count(), executor), rows)
+        if not opts.shard_count and rows:
+            recorded = await run_plan_async(database_shard_count(), executor)
+            opts, rows = self._learn(recorded, rows)
         with _duplicates_named():
             result: list[uuid.UUID] = await run_plan_async(
-                emit_many(rows, executor.dialect, self._opts), executor
+                emit_many(rows, executor.dialect, opts), executor
             )
         self._checked()
         return result

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from outbox_core.sharding import shard_for
 from producer_lib import ConfigurationError, Event, Outbox, ShardCountMismatch
+from producer_lib.serialization import JsonSerializer, Serialized
 from relay.errors import StartupRefused
 from relay.service import check_database
 from relay.store import Store
@@ -41,6 +44,39 @@ def test_outbox_takes_the_database_shard_count(backend: Backend, kind: str) -> N
         outbox.emit_batch(conn, [Event(**_event("orders", k)) for k in KEYS[1:]])
     assert outbox.shard_count == 5
     assert _shards(backend) == {k: shard_for(k, 5) for k in KEYS}
+
+
+def test_an_emit_begun_before_another_thread_learns_the_shard_count_uses_it(
+    pg: Backend,
+) -> None:
+    """Web apps share one Outbox between threads. Thread B's emit begins while the Outbox
+    does not know the database's shard_count yet and is held (in its serializer) until
+    thread A's emit has learned it: B must neither be refused nor write the default
+    count's shard."""
+    pg.migrate(shard_count=5)
+    a_done = threading.Event()
+    b_inside = threading.Event()
+    plain = JsonSerializer()
+
+    def serializer(payload: object) -> Serialized:
+        if payload == {"k": "late"}:
+            b_inside.set()
+            assert a_done.wait(30)
+        return plain(payload)
+
+    outbox = Outbox(serializer=serializer)
+
+    def write(key: str) -> None:
+        with sync_tx(pg, "driver") as conn:
+            outbox.emit(conn, **_event("orders", key))
+
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(write, "late")  # 5 of 16 shards, 3 of 5
+        assert b_inside.wait(30)
+        write("first")
+        a_done.set()
+        held.result()
+    assert _shards(pg) == {k: shard_for(k, 5) for k in ("late", "first")}
 
 
 async def test_outbox_takes_the_database_shard_count_async(backend: Backend) -> None:
