@@ -1,11 +1,12 @@
-"""Event headers: user headers validated, content type and trace context added."""
+"""Event headers: user headers validated; content type, trace context and the CloudEvents
+attributes added."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 
-from outbox_core.cloudevents import HEADER_PREFIX
+from outbox_core.cloudevents import DATASCHEMA, HEADER_PREFIX, SUBJECT
 from producer_lib.errors import InvalidHeader, ReservedHeader
 
 # event_id and event_type travel as columns; the relay adds them to the Kafka headers.
@@ -69,6 +70,19 @@ def trace_context() -> dict[str, str]:
     carrier: dict[str, str] = {}
     _propagate.inject(carrier)
     return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
+
+
+def attribute_headers(
+    subject: str | None, dataschema: str | None, extensions: Mapping[str, str] | None
+) -> dict[str, str]:
+    """An event's CloudEvents attributes (checked by Event) as the ce_ headers they are
+    stored in; the relay publishes them in a CloudEvents record format."""
+    headers = {HEADER_PREFIX + name: value for name, value in (extensions or {}).items()}
+    if subject is not None:
+        headers[SUBJECT] = subject
+    if dataschema is not None:
+        headers[DATASCHEMA] = dataschema
+    return headers
 
 
 def build_headers(user: dict[str, str], content_type: str) -> dict[str, str]:

@@ -53,11 +53,12 @@ def test_absolute_uris_are_dataschemas(uri: str) -> None:
 
 HOSTILE: list[tuple[dict[str, Any], str, str]] = [
     ({"subject": ""}, "subject", "must not be empty"),
+    ({"subject": " \t"}, "subject", "must not be empty"),
     ({"subject": "a\x00b"}, "subject", "NUL"),
     ({"subject": 7}, "subject", "must be a str, not int"),
     ({"subject": b"s"}, "subject", "must be a str, not bytes"),
     ({"subject": "s" * 8193}, "subject", "longer than 8192"),
-    ({"dataschema": ""}, "dataschema", "absolute URI"),
+    ({"dataschema": ""}, "dataschema", "must not be empty"),
     ({"dataschema": "/relative/path"}, "dataschema", "absolute URI"),
     ({"dataschema": "schema.json"}, "dataschema", "absolute URI"),
     ({"dataschema": "https:"}, "dataschema", "absolute URI"),
