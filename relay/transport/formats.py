@@ -35,6 +35,7 @@ from relay.transport.records import (
     OutgoingRecord,
     RecordShape,
     encoded,
+    new_record,
     parse_headers,
 )
 
@@ -138,7 +139,7 @@ class CloudEventsBinary:
         time = rfc3339(row.created_at).encode()
         headers = [_SPEC_VERSION, ("ce_id", event_id), ("ce_time", time), *static]
         size = len(key) + len(value) + static_size + _BINARY_HEAD + len(event_id) + len(time)
-        return OutgoingRecord(topic, key, value, headers), size
+        return new_record((topic, key, value, headers)), size
 
 
 class CloudEventsStructured:
@@ -186,7 +187,7 @@ class CloudEventsStructured:
         else:
             data = base64.b64encode(payload)
             value = b"".join((head, shared, b',"data_base64":"', data, b'"}'))
-        return OutgoingRecord(topic, key, value, list(static)), len(key) + len(value) + static_size
+        return new_record((topic, key, value, list(static))), len(key) + len(value) + static_size
 
 
 class DebeziumOutbox:
@@ -223,7 +224,7 @@ class DebeziumOutbox:
         size = len(key) + len(value) + static_size
         for name, text in headers[: 1 + len(self._per_row)]:
             size += len(name) + len(text)
-        return OutgoingRecord(topic, key, value, headers), size
+        return new_record((topic, key, value, headers)), size
 
 
 class RecordShapes:

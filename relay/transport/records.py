@@ -126,8 +126,9 @@ def _malformed(row: ClaimedRow, topic_of: Mapping[str, str]) -> str:
 _NO_RECORD = OutgoingRecord("", b"", b"", [])  # a malformed row's place in the records
 
 
-# tuple.__new__ builds the NamedTuple without its Python-level __new__.
-_record = functools.partial(tuple.__new__, OutgoingRecord)
+# tuple.__new__ builds the NamedTuple without its Python-level __new__: new_record((topic,
+# key, value, headers)), once per event in every shape.
+new_record = functools.partial(tuple.__new__, OutgoingRecord)
 
 
 def to_records(
@@ -159,7 +160,7 @@ def to_records(
             if not isinstance(value, bytes):
                 raise MalformedRow
             size = len(key) + len(value) + static_size + len(EVENT_ID) + len(event_id)
-            append(_record((topic_of[row.topic], key, value, [(EVENT_ID, event_id), *static])))
+            append(new_record((topic_of[row.topic], key, value, [(EVENT_ID, event_id), *static])))
         except Exception:
             malformed[i] = _malformed(row, topic_of)
             append(_NO_RECORD)

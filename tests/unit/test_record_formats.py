@@ -5,11 +5,13 @@ headers a row must not forge; and a malformed row reported, never raised, in eve
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from typing import Any
 
 import pytest
 
+from outbox_core.cloudevents import rfc3339
 from relay.store import ClaimedRow
 from relay.transport.format_settings import FormatSettings, RecordFormat
 from relay.transport.formats import RecordShapes
@@ -299,3 +301,19 @@ def test_a_malformed_row_is_reported_in_every_shape(
     assert list(malformed) == [1]
     assert why in malformed[1]
     assert records[0] == records[2] != records[1]
+
+
+@pytest.mark.parametrize(
+    ("epoch_s", "text"),
+    [
+        (CREATED_AT, TIME.decode()),
+        (0.0, "1970-01-01T00:00:00.000000Z"),
+        (0.9999996, "1970-01-01T00:00:01.000000Z"),  # rounds up into the next second
+        (1796461199.999999, "2026-12-05T08:59:59.999999Z"),
+        (951782400.5, "2000-02-29T00:00:00.500000Z"),
+    ],
+)
+def test_times_are_rfc3339_utc_with_microseconds(epoch_s: float, text: str) -> None:
+    assert rfc3339(epoch_s) == text
+    expected = dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert rfc3339(epoch_s) == expected
