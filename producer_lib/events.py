@@ -9,17 +9,19 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from outbox_core.cloudevents import ABSOLUTE_URI, EXTENSION_NAME, RESERVED_ATTRIBUTES
 from outbox_core.kafka_names import MAX_TOPIC_CHARS, TOPIC_RULE, legal_topic
 from outbox_core.sharding import shard_for
 from outbox_core.tenants import MAX_TENANT_CHARS
 from producer_lib.errors import InvalidEvent, PayloadTooLarge
-from producer_lib.headers import build_headers, validate_user_headers
+from producer_lib.headers import attribute_headers, build_headers, validate_user_headers
 from producer_lib.idempotency import body_hash
 from producer_lib.serialization import Serializer, serialize
 
 MAX_KEY_CHARS = 1024
 MAX_EVENT_TYPE_CHARS = 255
 MAX_IDEMPOTENCY_KEY_CHARS = 255
+MAX_ATTRIBUTE_CHARS = 8192  # as a user header's value: each attribute is one header
 
 DeliverAfter = dt.timedelta | dt.datetime
 
@@ -37,6 +39,13 @@ class Event:
     idempotency_key: str | None = None
     deliver_after: DeliverAfter | None = None
     tenant: str | None = None  # whose event: the relay's fair claims take turns by tenant
+    # CloudEvents attributes, published by the relay's CloudEvents record formats.
+    subject: str | None = None
+    dataschema: str | None = None  # an absolute URI
+    extensions: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        _check_attributes(self)
 
 
 @dataclass(frozen=True)
@@ -69,17 +78,58 @@ class EventRow:
         )
 
 
-def _require_text(value: object, name: str, limit: int) -> str:
+def _require_text(
+    value: object, name: str, limit: int, *, field: str | None = None, blank: bool = False
+) -> str:
+    field = field or name
     if not isinstance(value, str):
-        raise InvalidEvent(f"{name} must be a str, not {type(value).__name__}", field=name)
-    if not value.strip():
-        raise InvalidEvent(f"{name} must not be empty", field=name)
+        raise InvalidEvent(f"{name} must be a str, not {type(value).__name__}", field=field)
+    if not blank and not value.strip():
+        raise InvalidEvent(f"{name} must not be empty", field=field)
     if len(value) > limit:
-        raise InvalidEvent(f"{name} is longer than {limit} characters", field=name)
+        raise InvalidEvent(f"{name} is longer than {limit} characters", field=field)
     if "\x00" in value:
         # Postgres text cannot hold NUL: refused here, alike on every database.
-        raise InvalidEvent(f"{name} must not contain a NUL character", field=name)
+        raise InvalidEvent(f"{name} must not contain a NUL character", field=field)
     return value
+
+
+def _check_attributes(event: Event) -> None:
+    """The CloudEvents attributes: a subject, an absolute URI as dataschema, extensions
+    named by the CloudEvents rule and not after an attribute the spec or the relay sets."""
+    if event.subject is not None:
+        _require_text(event.subject, "subject", MAX_ATTRIBUTE_CHARS)
+    if event.dataschema is not None:
+        text = _require_text(event.dataschema, "dataschema", MAX_ATTRIBUTE_CHARS)
+        if not ABSOLUTE_URI.fullmatch(text):
+            raise InvalidEvent(
+                "dataschema must be an absolute URI (RFC 3986: a scheme such as https: "
+                "and the rest, without whitespace)",
+                field="dataschema",
+            )
+    extensions = event.extensions
+    if extensions is None:
+        return
+    if not isinstance(extensions, Mapping):
+        raise InvalidEvent(
+            f"extensions must be a mapping of str to str, not {type(extensions).__name__}",
+            field="extensions",
+        )
+    for name, value in extensions.items():
+        if not isinstance(name, str) or not EXTENSION_NAME.fullmatch(name):
+            raise InvalidEvent(
+                f"extension name {name!r} must be 1-20 lower-case letters and digits "
+                "(the CloudEvents naming rule)",
+                field="extensions",
+            )
+        if name in RESERVED_ATTRIBUTES:
+            raise InvalidEvent(
+                f"extension name {name!r} is an attribute CloudEvents or the relay sets: "
+                f"{', '.join(sorted(RESERVED_ATTRIBUTES))}",
+                field="extensions",
+            )
+        label = f"extension {name!r}"
+        _require_text(value, label, MAX_ATTRIBUTE_CHARS, field="extensions", blank=True)
 
 
 def _event_id(value: uuid.UUID | str | None) -> uuid.UUID:
@@ -149,7 +199,12 @@ def prepare(
         tenant = _require_text(event.tenant, "tenant", MAX_TENANT_CHARS)
     event_id = _event_id(event.event_id)
     available_at, delay_s = _deliver_after(event.deliver_after)
-    user = validate_user_headers(event.headers)
+    # The attributes' ce_ names are refused as user headers, so the two never collide;
+    # both are the event's body to an idempotency key.
+    user = {
+        **attribute_headers(event.subject, event.dataschema, event.extensions),
+        **validate_user_headers(event.headers),
+    }
     serialized = serialize(serializer, event.payload)
     headers = build_headers(user, serialized.content_type)
     row = EventRow(

@@ -1,15 +1,17 @@
-"""Event headers: user headers validated, content type and trace context added."""
+"""Event headers: user headers validated; content type, trace context and the CloudEvents
+attributes added."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 
+from outbox_core.cloudevents import DATASCHEMA, HEADER_PREFIX, SUBJECT
 from producer_lib.errors import InvalidHeader, ReservedHeader
 
 # event_id and event_type travel as columns; the relay adds them to the Kafka headers.
 RESERVED = frozenset({"event_id", "event_type", "content-type", "traceparent", "tracestate"})
-RESERVED_PREFIX = "outbox-"
+RESERVED_PREFIXES = ("outbox-", HEADER_PREFIX)  # HEADER_PREFIX: CloudEvents attributes
 _NAME = re.compile(r"^[!-~]{1,128}$")
 MAX_VALUE_CHARS = 8192
 
@@ -30,10 +32,12 @@ def validate_user_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
                 field="headers",
             )
         lowered = name.lower()
-        if lowered in RESERVED or lowered.startswith(RESERVED_PREFIX):
+        if lowered in RESERVED or lowered.startswith(RESERVED_PREFIXES):
             raise ReservedHeader(
                 f"header name {name!r} is reserved: the outbox sets "
-                f"{', '.join(sorted(RESERVED))} itself (and every {RESERVED_PREFIX}* name)",
+                f"{', '.join(sorted(RESERVED))} itself, and every name starting with "
+                f"{' or '.join(RESERVED_PREFIXES)} (ce_ names hold the CloudEvents "
+                "attributes: Event's subject, dataschema and extensions)",
                 name=name,
             )
         if not isinstance(value, str):
@@ -66,6 +70,19 @@ def trace_context() -> dict[str, str]:
     carrier: dict[str, str] = {}
     _propagate.inject(carrier)
     return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
+
+
+def attribute_headers(
+    subject: str | None, dataschema: str | None, extensions: Mapping[str, str] | None
+) -> dict[str, str]:
+    """An event's CloudEvents attributes (checked by Event) as the ce_ headers they are
+    stored in; the relay publishes them in a CloudEvents record format."""
+    headers = {HEADER_PREFIX + name: value for name, value in (extensions or {}).items()}
+    if subject is not None:
+        headers[SUBJECT] = subject
+    if dataschema is not None:
+        headers[DATASCHEMA] = dataschema
+    return headers
 
 
 def build_headers(user: dict[str, str], content_type: str) -> dict[str, str]:

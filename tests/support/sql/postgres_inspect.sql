@@ -265,3 +265,12 @@ UPDATE processed_events SET processed_at = processed_at - make_interval(secs => 
 
 -- name: outbox_available_epoch
 SELECT id, extract(epoch FROM available_at)::float8 FROM outbox_events ORDER BY id;
+
+-- name: outbox_created_at_utc
+-- Each row's created_at as RFC 3339 UTC text, whether it is still in outbox_events or
+-- retention=keep moved it into outbox_published.
+SELECT event_id::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+FROM outbox_events
+UNION ALL
+SELECT event_id::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+FROM outbox_published;
