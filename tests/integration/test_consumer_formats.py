@@ -1,0 +1,153 @@
+"""One topic carrying every record shape consumer_lib recognises, on real Kafka and
+Postgres: the relay's native record, CloudEvents in binary and structured mode (made with
+the cloudevents SDK's Kafka binding, as another producer would), and Debezium's outbox
+EventRouter record; each event twice, and a malformed structured envelope among them.
+Every event is applied exactly once, the malformed record is dead-lettered, the records
+after it are applied, and handlers see the CloudEvents attributes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import pytest
+from cloudevents.core.bindings import kafka as ce_kafka
+from cloudevents.core.v1.event import CloudEvent
+
+from consumer_lib import EVENT_ID_NAMESPACE, ConsumedEvent, ConsumerApp
+from tests.conftest import TopicFactory
+from tests.support.consumers import (
+    Outgoing,
+    dead_letters,
+    effect_handler,
+    effect_problems,
+    effects,
+    fast_settings,
+    header,
+    make_database,
+    new_group,
+    produce,
+    relay_record,
+    running_consumer,
+    wait_committed,
+)
+from tests.support.db import Backend
+
+pytestmark = pytest.mark.integration
+
+SOURCE = "/orders-service"
+TIME = dt.datetime(2026, 12, 5, 9, 0, 0, 123456, tzinfo=dt.UTC)
+
+
+def sdk_record(message: ce_kafka.KafkaMessage, event_id: str) -> Outgoing:
+    key = message.key.decode() if isinstance(message.key, bytes) else message.key
+    return Outgoing(key, message.value, tuple(message.headers.items()), event_id=event_id)
+
+
+def cloud_event(id_: str, data: Any, **attributes: Any) -> CloudEvent:
+    return CloudEvent(
+        attributes={"id": id_, "source": SOURCE, "type": "OrderPlaced", "time": TIME, **attributes},
+        data=data,
+    )
+
+
+async def test_a_topic_mixing_every_shape_is_applied_exactly_once(
+    pg: Backend, kafka_bootstrap: str, topics: TopicFactory
+) -> None:
+    topic = await topics("formats")
+    native_id, binary_id, debezium_id, bytes_id = (str(uuid.uuid4()) for _ in range(4))
+    foreign_id = f"order-3-{uuid.uuid4().hex[:8]}"  # another producer's id: no UUID
+    structured_id = str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{SOURCE}\x00{foreign_id}"))
+
+    native = relay_record(native_id, "order-1", {"n": 1})
+    binary = sdk_record(
+        ce_kafka.to_binary_event(
+            cloud_event(
+                binary_id,
+                {"n": 2},
+                datacontenttype="application/json",
+                partitionkey="order-2",
+                subject="order-2",
+                dataschema="https://example.com/schemas/order.json",
+                tenant="acme",
+            )
+        ),
+        binary_id,
+    )
+    structured = sdk_record(
+        ce_kafka.to_structured_event(
+            cloud_event(
+                foreign_id, {"n": 3}, datacontenttype="application/json", partitionkey="order-3"
+            )
+        ),
+        structured_id,
+    )
+    malformed = Outgoing(
+        "order-bad",
+        b'{"specversion":"1.0","id":42,"source":"/x","type":"OrderPlaced"}',
+        (("content-type", b"application/cloudevents+json"),),
+    )
+    debezium = Outgoing(
+        "order-4",
+        b'{"n":4}',
+        (("id", debezium_id.encode()), ("eventType", b"OrderPlaced")),
+        event_id=debezium_id,
+    )
+    blob = sdk_record(
+        ce_kafka.to_structured_event(
+            cloud_event(
+                bytes_id,
+                b"\x00\x01blob",
+                datacontenttype="application/octet-stream",
+                partitionkey="order-5",
+            )
+        ),
+        bytes_id,
+    )
+    fresh = [native, binary, structured, malformed, debezium, blob]
+    layout = await produce(kafka_bootstrap, topic, [*fresh, *fresh])
+
+    group = new_group()
+    calls: list[ConsumedEvent] = []
+    app = ConsumerApp(fast_settings(kafka_bootstrap, group), make_database("psycopg_async", pg))
+    app.handler(topic, "OrderPlaced")(
+        effect_handler("psycopg_async", "postgres", group, calls=calls)
+    )
+    async with running_consumer(app) as running:
+        await wait_committed(kafka_bootstrap, group, layout, alive=running.check_alive)
+
+    expected = {native_id, binary_id, structured_id, debezium_id, bytes_id}
+    assert effect_problems(effects(pg), expected, group) == []
+
+    dead = await dead_letters(kafka_bootstrap, topic)
+    assert sorted((d.key or b"").decode() for d in dead) == ["order-bad", "order-bad"]
+    assert {header(d, "dlt.original.offset") for d in dead} == {"3", "9"}
+    assert all("CloudEvent's 'id' is a int" in header(d, "dlt.error") for d in dead)
+
+    seen = {str(event.event_id): event for event in calls}
+    assert set(seen) == expected
+    assert seen[native_id].cloudevent is None
+    assert seen[debezium_id].cloudevent is None
+    assert (seen[debezium_id].key, seen[debezium_id].payload) == ("order-4", b'{"n":4}')
+    assert seen[bytes_id].payload == b"\x00\x01blob"
+    for event_id, key, n in ((binary_id, "order-2", 2), (structured_id, "order-3", 3)):
+        event = seen[event_id]
+        assert (event.key, event.event_type, event.payload) == (key, "OrderPlaced", {"n": n})
+        assert event.headers["content-type"] == "application/json"
+        attributes = event.cloudevent
+        assert attributes is not None
+        assert (attributes.source, attributes.type, attributes.specversion) == (
+            SOURCE,
+            "OrderPlaced",
+            "1.0",
+        )
+        assert attributes.time == "2026-12-05T09:00:00.123456Z"
+    binary_attributes = seen[binary_id].cloudevent
+    assert binary_attributes is not None
+    assert binary_attributes.subject == "order-2"
+    assert binary_attributes.dataschema == "https://example.com/schemas/order.json"
+    assert binary_attributes.extensions == {"tenant": "acme"}
+    structured_attributes = seen[structured_id].cloudevent
+    assert structured_attributes is not None
+    assert structured_attributes.id == foreign_id
