@@ -19,6 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer_lib.errors import PoisonReason, PoisonRecord
+from outbox_core.cloudevents import (
+    HEADER_PREFIX,
+    RESERVED_ATTRIBUTES,
+    STRUCTURED_CONTENT_TYPE,
+    json_content_type,
+)
 
 # The namespace of the event_ids made from ids that are not UUIDs; fixed for good: a new
 # one would give every such event already applied a new event_id.
@@ -29,15 +35,9 @@ EVENT_ID_NAMESPACE = uuid.UUID("6f1b2c1e-7a53-5b8e-9d0c-3e2f4a5b6c7d")
 DEBEZIUM_ID_HEADER = "id"
 DEBEZIUM_TYPE_HEADER = "eventType"
 
-STRUCTURED_CONTENT_TYPE = "application/cloudevents+json"
-CE_PREFIX = "ce_"
 _REQUIRED = ("id", "source", "type", "specversion")
 _OPTIONAL = ("time", "subject", "dataschema", "datacontenttype")
 _TRACE = ("traceparent", "tracestate")
-# Carried elsewhere: the key (partitionkey) and the headers (trace context), in both modes.
-_NOT_EXTENSIONS = frozenset(
-    {*_REQUIRED, *_OPTIONAL, *_TRACE, "data", "data_base64", "partitionkey"}
-)
 # Only the canonical text counts as a UUID: uuid.UUID() also takes braces, a urn: prefix
 # and underscores, and two such spellings of one foreign id would share an event_id.
 _CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
@@ -80,21 +80,13 @@ class DebeziumHeaders:
     type: str = DEBEZIUM_TYPE_HEADER
 
 
-def is_json(content_type: str | None) -> bool:
-    """application/json, or a +json suffix (application/cloudevents+json, vnd.x+json)."""
-    if not content_type:
-        return False
-    media = content_type.partition(";")[0].strip().lower()
-    return media == "application/json" or media.endswith("+json")
-
-
 def is_structured(content_type: str | None) -> bool:
     return (content_type or "").strip().lower().startswith(STRUCTURED_CONTENT_TYPE)
 
 
 def payload_of(value: bytes | None, content_type: str | None) -> Any:
     """JSON decoded when the content type says JSON, else the bytes as they are."""
-    if value is None or not is_json(content_type):
+    if value is None or not json_content_type(content_type):
         return value
     try:
         return json.loads(value)
@@ -154,7 +146,8 @@ def cloudevent_attributes(found: Mapping[str, Any], mode: str) -> CloudEventAttr
     extensions = {
         name: _text(mode, name, value, extension=True)
         for name, value in present.items()
-        if name not in _NOT_EXTENSIONS
+        # partitionkey and the trace context are carried elsewhere: the key and the headers.
+        if name not in RESERVED_ATTRIBUTES
     }
     return CloudEventAttributes(**core, extensions=extensions)
 
@@ -174,7 +167,9 @@ def binary(value: bytes | None, key: str | None, headers: dict[str, str]) -> Sha
             "binary CloudEvent with ce_id but no ce_specversion", PoisonReason.MISSING_ATTRIBUTE
         )
     found: dict[str, Any] = {
-        name[len(CE_PREFIX) :]: text for name, text in headers.items() if name.startswith(CE_PREFIX)
+        name[len(HEADER_PREFIX) :]: text
+        for name, text in headers.items()
+        if name.startswith(HEADER_PREFIX)
     }
     if "content-type" in headers:
         found["datacontenttype"] = headers["content-type"]
@@ -211,7 +206,7 @@ def structured(value: bytes | None, key: str | None, headers: dict[str, str]) ->
     payload: Any = envelope.get("data")
     if "data_base64" in envelope:
         payload = payload_of(_base64(envelope["data_base64"]), content_type)
-    elif isinstance(payload, str) and content_type and not is_json(content_type):
+    elif isinstance(payload, str) and content_type and not json_content_type(content_type):
         payload = payload.encode()  # text data: bytes, as the binary mode's value would be
     # The headers as a native record's: the payload's content type, the trace context.
     shown = {name: text for name, text in headers.items() if name != "content-type"}
