@@ -1,9 +1,12 @@
-"""One topic carrying every record shape consumer_lib recognises, on real Kafka and
-Postgres: the relay's native record, CloudEvents in binary and structured mode (made with
-the cloudevents SDK's Kafka binding, as another producer would), and Debezium's outbox
-EventRouter record; each event twice, and a malformed structured envelope among them.
-Every event is applied exactly once, the malformed record is dead-lettered, the records
-after it are applied, and handlers see the CloudEvents attributes."""
+"""Every record shape consumer_lib recognises, on real Kafka and Postgres.
+
+One topic carries the relay's native record, CloudEvents in binary and structured mode
+(made with the cloudevents SDK's Kafka binding, as another producer would) and Debezium's
+outbox EventRouter record, each event twice, with a malformed structured envelope among
+them: every event is applied exactly once, the malformed record is dead-lettered, the
+records after it are applied, and handlers see the CloudEvents attributes. Then the relay
+writes emitted events in each of its record formats, one topic each, and the consumer
+applies them the same way."""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ from typing import Any
 import pytest
 from cloudevents.core.bindings import kafka as ce_kafka
 from cloudevents.core.v1.event import CloudEvent
+from pydantic import BaseModel
 
 from consumer_lib import EVENT_ID_NAMESPACE, ConsumedEvent, ConsumerApp
+from producer_lib import Outbox
 from tests.conftest import TopicFactory
 from tests.support.consumers import (
     Outgoing,
@@ -33,6 +38,9 @@ from tests.support.consumers import (
     wait_committed,
 )
 from tests.support.db import Backend
+from tests.support.kafka import read_topic
+from tests.support.relay import relay_settings, running_relay, wait_drained
+from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
 
@@ -151,3 +159,101 @@ async def test_a_topic_mixing_every_shape_is_applied_exactly_once(
     structured_attributes = seen[structured_id].cloudevent
     assert structured_attributes is not None
     assert structured_attributes.id == foreign_id
+
+
+# --------------------------------------------------------------------------- from the relay
+
+
+class Shipment(BaseModel):
+    order: str
+    parcels: int
+
+
+PAYLOADS: dict[str, tuple[object, object]] = {
+    # what is emitted -> what the handler gets
+    "json": ({"n": 1, "note": "ünïcode"}, {"n": 1, "note": "ünïcode"}),
+    "bytes": (b"\x00\x01\xffblob", b"\x00\x01\xffblob"),
+    "model": (Shipment(order="o-1", parcels=2), {"order": "o-1", "parcels": 2}),
+}
+FORMATS = ("native", "cloudevents-binary", "cloudevents-structured", "debezium")
+
+
+async def test_the_relays_records_in_every_format_are_applied_exactly_once(
+    pg: Backend, kafka_bootstrap: str, topics: TopicFactory
+) -> None:
+    """The relay writes each topic in its own format (OUTBOX_RECORD_FORMATS); every record
+    then reaches Kafka a second time (a relay publishing a row twice around a crash). The
+    consumer applies each emitted event once, under the event_id emit returned, with the
+    payload as emitted and, in the CloudEvents formats, the attributes emit was given."""
+    by_format = {fmt: await topics(f"rf-{fmt.split('-')[-1]}") for fmt in FORMATS}
+    emitted: dict[str, tuple[str, str]] = {}  # event_id -> (format, payload kind)
+    with sync_tx(pg, "driver") as conn:
+        for fmt, topic in by_format.items():
+            for kind, (payload, _) in PAYLOADS.items():
+                event_id = Outbox().emit(
+                    conn,
+                    topic=topic,
+                    key=f"order-{kind}",
+                    event_type="OrderPlaced",
+                    payload=payload,
+                    headers={"x-tenant": "acme"},
+                    subject=f"order-{kind}",
+                    dataschema="https://example.com/schemas/order.json",
+                    extensions={"region": "eu1"},
+                )
+                emitted[str(event_id)] = (fmt, kind)
+    settings = relay_settings(
+        pg,
+        kafka_bootstrap,
+        record_formats={topic: fmt for fmt, topic in by_format.items() if fmt != "native"},
+        cloudevents_source=SOURCE,
+    )
+    async with running_relay(settings):
+        await wait_drained(pg)
+
+    layouts = []
+    for topic in by_format.values():
+        published = await read_topic(kafka_bootstrap, topic)
+        assert len(published) == len(PAYLOADS)
+        again = [
+            Outgoing(None if r.key is None else r.key.decode(), r.value, r.headers)
+            for r in published
+        ]
+        layouts.append(await produce(kafka_bootstrap, topic, again))
+
+    group = new_group()
+    calls: list[ConsumedEvent] = []
+    app = ConsumerApp(fast_settings(kafka_bootstrap, group), make_database("psycopg_async", pg))
+    for topic in by_format.values():
+        app.handler(topic, "OrderPlaced")(
+            effect_handler("psycopg_async", "postgres", group, calls=calls)
+        )
+    async with running_consumer(app) as running:
+        for layout in layouts:
+            await wait_committed(kafka_bootstrap, group, layout, alive=running.check_alive)
+
+    assert effect_problems(effects(pg), emitted, group) == []
+    seen = {str(event.event_id): event for event in calls}
+    assert set(seen) == set(emitted)
+    for event_id, (fmt, kind) in emitted.items():
+        event = seen[event_id]
+        where = f"{fmt}, {kind}"
+        assert (event.key, event.event_type) == (f"order-{kind}", "OrderPlaced"), where
+        assert event.payload == PAYLOADS[kind][1], where
+        assert event.headers.get("x-tenant") == "acme", where
+        if not fmt.startswith("cloudevents"):
+            assert event.cloudevent is None, where
+            continue
+        attributes = event.cloudevent
+        assert attributes is not None, where
+        assert (attributes.id, attributes.source, attributes.type) == (
+            event_id,
+            SOURCE,
+            "OrderPlaced",
+        ), where
+        assert attributes.subject == f"order-{kind}", where
+        assert attributes.dataschema == "https://example.com/schemas/order.json", where
+        assert attributes.extensions == {"region": "eu1"}, where
+        assert attributes.time is not None, where
+        content_type = "application/octet-stream" if kind == "bytes" else "application/json"
+        assert attributes.datacontenttype == content_type, where
