@@ -190,7 +190,7 @@ async def test_the_relays_records_in_every_format_are_applied_exactly_once(
     with sync_tx(pg, "driver") as conn:
         for fmt, topic in by_format.items():
             for kind, (payload, _) in PAYLOADS.items():
-                event_id = Outbox().emit(
+                new_id = Outbox().emit(
                     conn,
                     topic=topic,
                     key=f"order-{kind}",
@@ -201,7 +201,7 @@ async def test_the_relays_records_in_every_format_are_applied_exactly_once(
                     dataschema="https://example.com/schemas/order.json",
                     extensions={"region": "eu1"},
                 )
-                emitted[str(event_id)] = (fmt, kind)
+                emitted[str(new_id)] = (fmt, kind)
     settings = relay_settings(
         pg,
         kafka_bootstrap,
