@@ -10,20 +10,19 @@ applies them the same way."""
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
-from typing import Any
 
 import pytest
 from cloudevents.core.bindings import kafka as ce_kafka
-from cloudevents.core.v1.event import CloudEvent
 from pydantic import BaseModel
 
 from consumer_lib import EVENT_ID_NAMESPACE, ConsumedEvent, ConsumerApp
 from producer_lib import Outbox
 from tests.conftest import TopicFactory
 from tests.support.consumers import (
+    CE_SOURCE,
     Outgoing,
+    cloud_event,
     dead_letters,
     effect_handler,
     effect_problems,
@@ -44,20 +43,10 @@ from tests.support.transactions import sync_tx
 
 pytestmark = pytest.mark.integration
 
-SOURCE = "/orders-service"
-TIME = dt.datetime(2026, 12, 5, 9, 0, 0, 123456, tzinfo=dt.UTC)
-
 
 def sdk_record(message: ce_kafka.KafkaMessage, event_id: str) -> Outgoing:
     key = message.key.decode() if isinstance(message.key, bytes) else message.key
     return Outgoing(key, message.value, tuple(message.headers.items()), event_id=event_id)
-
-
-def cloud_event(id_: str, data: Any, **attributes: Any) -> CloudEvent:
-    return CloudEvent(
-        attributes={"id": id_, "source": SOURCE, "type": "OrderPlaced", "time": TIME, **attributes},
-        data=data,
-    )
 
 
 async def test_a_topic_mixing_every_shape_is_applied_exactly_once(
@@ -66,7 +55,7 @@ async def test_a_topic_mixing_every_shape_is_applied_exactly_once(
     topic = await topics("formats")
     native_id, binary_id, debezium_id, bytes_id = (str(uuid.uuid4()) for _ in range(4))
     foreign_id = f"order-3-{uuid.uuid4().hex[:8]}"  # another producer's id: no UUID
-    structured_id = str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{SOURCE}\x00{foreign_id}"))
+    structured_id = str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{CE_SOURCE}\x00{foreign_id}"))
 
     native = relay_record(native_id, "order-1", {"n": 1})
     binary = sdk_record(
@@ -146,7 +135,7 @@ async def test_a_topic_mixing_every_shape_is_applied_exactly_once(
         attributes = event.cloudevent
         assert attributes is not None
         assert (attributes.source, attributes.type, attributes.specversion) == (
-            SOURCE,
+            CE_SOURCE,
             "OrderPlaced",
             "1.0",
         )
@@ -206,7 +195,7 @@ async def test_the_relays_records_in_every_format_are_applied_exactly_once(
         pg,
         kafka_bootstrap,
         record_formats={topic: fmt for fmt, topic in by_format.items() if fmt != "native"},
-        cloudevents_source=SOURCE,
+        cloudevents_source=CE_SOURCE,
     )
     async with running_relay(settings):
         await wait_drained(pg)
@@ -248,7 +237,7 @@ async def test_the_relays_records_in_every_format_are_applied_exactly_once(
         assert attributes is not None, where
         assert (attributes.id, attributes.source, attributes.type) == (
             event_id,
-            SOURCE,
+            CE_SOURCE,
             "OrderPlaced",
         ), where
         assert attributes.subject == f"order-{kind}", where

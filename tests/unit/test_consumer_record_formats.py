@@ -7,7 +7,6 @@ records, each a PoisonRecord with its reason."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 import uuid
 from dataclasses import dataclass
@@ -15,7 +14,6 @@ from typing import Any, cast
 
 import pytest
 from cloudevents.core.bindings import kafka as ce_kafka
-from cloudevents.core.v1.event import CloudEvent
 from sqlalchemy import create_engine
 
 from consumer_lib import EVENT_ID_NAMESPACE, ConsumerApp, ConsumerSettings, KafkaSecurity
@@ -24,6 +22,7 @@ from consumer_lib.database import SqlAlchemySync
 from consumer_lib.errors import PoisonReason, PoisonRecord
 from consumer_lib.event import ConsumedEvent, decode
 from consumer_lib.record_formats import CloudEventAttributes, DebeziumHeaders
+from tests.support.consumers import cloud_event
 
 EVENT_ID = "3f0c6a52-7d1e-4c8b-9a51-2b7c0d9e8f10"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -45,11 +44,6 @@ class Rec:
 def from_sdk(message: ce_kafka.KafkaMessage) -> Rec:
     key = message.key.encode() if isinstance(message.key, str) else message.key
     return Rec(message.value, list(message.headers.items()), key)
-
-
-def cloud_event(data: Any, **attributes: Any) -> CloudEvent:
-    base = {"id": EVENT_ID, "source": "/orders-service", "type": "OrderPlaced"}
-    return CloudEvent(attributes={**base, **attributes}, data=data)
 
 
 def native(value: bytes, **extra: bytes) -> Rec:
@@ -121,6 +115,7 @@ def test_a_native_record_decodes_as_before_without_cloudevent() -> None:
 
 def test_a_binary_cloudevent_of_the_sdk() -> None:
     sent = cloud_event(
+        EVENT_ID,
         {"n": 1},
         datacontenttype="application/json",
         subject="order-1",
@@ -128,7 +123,6 @@ def test_a_binary_cloudevent_of_the_sdk() -> None:
         partitionkey="order-1",
         tenant="acme",
         traceparent=TRACEPARENT,
-        time=dt.datetime(2026, 12, 5, 9, 0, 0, 123456, tzinfo=dt.UTC),
     )
     event = decode(from_sdk(ce_kafka.to_binary_event(sent)))
     assert event.event_id == uuid.UUID(EVENT_ID)
@@ -148,7 +142,7 @@ def test_a_binary_cloudevent_of_the_sdk() -> None:
 
 
 def test_a_binary_cloudevent_with_bytes_keeps_them() -> None:
-    sent = cloud_event(b"\x00\xffraw", datacontenttype="application/octet-stream")
+    sent = cloud_event(EVENT_ID, b"\x00\xffraw", datacontenttype="application/octet-stream")
     event = decode(from_sdk(ce_kafka.to_binary_event(sent)))
     assert event.payload == b"\x00\xffraw"
     assert event.key is None  # no partitionkey: no key
@@ -166,7 +160,9 @@ def test_a_binary_cloudevent_with_bytes_keeps_them() -> None:
     ids=["json", "plus-json", "bytes"],
 )
 def test_a_structured_cloudevent_of_the_sdk(data: Any, content_type: str, payload: Any) -> None:
-    sent = cloud_event(data, datacontenttype=content_type, partitionkey="order-9", ext1="v")
+    sent = cloud_event(
+        EVENT_ID, data, datacontenttype=content_type, partitionkey="order-9", ext1="v"
+    )
     event = decode(from_sdk(ce_kafka.to_structured_event(sent)))
     assert event.event_id == uuid.UUID(EVENT_ID)
     assert (event.key, event.event_type, event.payload) == ("order-9", "OrderPlaced", payload)
