@@ -39,16 +39,20 @@ from consumer_lib.errors import (
     ConsumerConfigError,
     ConsumerError,
     HandlerKindError,
+    PoisonReason,
     PoisonRecord,
     TransientError,
 )
 from consumer_lib.event import ConsumedEvent
 from consumer_lib.observer import ConsumerStats
+from consumer_lib.record_formats import EVENT_ID_NAMESPACE, CloudEventAttributes
 from consumer_lib.settings import ConsumerSettings, ConsumerSettingsError
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.settings import SettingFault
 
 __all__ = [
+    "EVENT_ID_NAMESPACE",
+    "CloudEventAttributes",
     "ConsumedEvent",
     "Consumer",
     "ConsumerApp",
@@ -63,6 +67,7 @@ __all__ = [
     "Handler",
     "HandlerKindError",
     "KafkaSecurity",
+    "PoisonReason",
     "PoisonRecord",
     "PsycopgAsync",
     "SettingFault",

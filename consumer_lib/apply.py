@@ -28,8 +28,9 @@ from typing import Protocol
 from aiokafka import TopicPartition
 
 from consumer_lib.app import ConsumerApp, Registration
-from consumer_lib.errors import PoisonRecord, is_transient
+from consumer_lib.errors import PoisonReason, PoisonRecord, is_transient
 from consumer_lib.event import ConsumedEvent, SourceRecord, decode
+from consumer_lib.record_formats import DebeziumHeaders
 from consumer_lib.work import Job, Work
 from outbox_core.backoff import Backoff
 from outbox_core.driver_errors import first_line
@@ -118,6 +119,9 @@ class ApplyPolicy:
         self._observer = observer
         self._dead_letters = dead_letters
         self._offsets = offsets
+        self._debezium = DebeziumHeaders(
+            self.settings.debezium_id_header, self.settings.debezium_type_header
+        )
 
     def holding(self, tp: TopicPartition) -> bool:
         """Whether work on the partition may go on: not stopping, not being revoked."""
@@ -137,19 +141,27 @@ class ApplyPolicy:
         """What to do with the record; nothing done yet."""
         s = self.settings
         try:
-            event = decode(record)
+            event = decode(record, self._debezium)
         except PoisonRecord as exc:
             return Settle(record, exc)
         except Exception as exc:  # decode wraps what it raises; this guards the rest
-            return Settle(record, PoisonRecord(f"cannot be decoded: {first_line(exc)}"))
+            return Settle(
+                record,
+                PoisonRecord(f"cannot be decoded: {first_line(exc)}", PoisonReason.UNDECODABLE),
+            )
         if event.event_id is None and s.missing_event_id != "process":
             if s.missing_event_id == "dead_letter":
-                return Settle(record, PoisonRecord("record has no event_id header"))
+                return Settle(
+                    record, PoisonRecord("record has no event_id header", PoisonReason.NO_EVENT_ID)
+                )
             return Settle(record, None)
         registration = self.app.find(event.topic, event.event_type)
         if registration is None:
             if s.unhandled == "dead_letter":
-                return Settle(record, PoisonRecord(f"no handler for {event.event_type!r}"))
+                return Settle(
+                    record,
+                    PoisonRecord(f"no handler for {event.event_type!r}", PoisonReason.NO_HANDLER),
+                )
             return Settle(record, None)
         return Prepared(record, event, registration)
 

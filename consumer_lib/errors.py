@@ -31,8 +31,28 @@ class TransientError(ConsumerError):
     retriable = True
 
 
+class PoisonReason(enum.Enum):
+    """Why a record can never be processed."""
+
+    NOT_UTF8 = "not_utf8"  # a header or the key is not UTF-8
+    CONFLICTING_HEADERS = "conflicting_headers"  # an identity header twice, with two values
+    INVALID_EVENT_ID = "invalid_event_id"  # an event_id header not a UUID; an empty Debezium id
+    INVALID_PAYLOAD = "invalid_payload"  # JSON content that is not JSON; data_base64 not base64
+    INVALID_ENVELOPE = "invalid_envelope"  # a structured CloudEvent that is not a JSON object
+    MISSING_ATTRIBUTE = "missing_attribute"  # a CloudEvent without a required attribute
+    INVALID_ATTRIBUTE = "invalid_attribute"  # a CloudEvents attribute empty or of a wrong type
+    NO_EVENT_ID = "no_event_id"  # no event id in any shape (missing_event_id=dead_letter)
+    NO_HANDLER = "no_handler"  # no handler for its event type (unhandled=dead_letter)
+    UNDECODABLE = "undecodable"  # decoding failed otherwise (JSON nested too deep, say)
+
+
 class PoisonRecord(ConsumerError):
-    """The record can never be processed: it goes to the dead-letter topic."""
+    """The record can never be processed: it goes to the dead-letter topic. `reason` says
+    why (a handler raising it without one: UNDECODABLE)."""
+
+    def __init__(self, message: str, reason: PoisonReason = PoisonReason.UNDECODABLE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def is_transient(exc: BaseException) -> bool:

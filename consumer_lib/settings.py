@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import SettingsConfigDict
 
 from consumer_lib.errors import ConsumerConfigError
+from consumer_lib.record_formats import DEBEZIUM_ID_HEADER, DEBEZIUM_TYPE_HEADER
 from outbox_core.kafka_names import TOPIC_RULE, legal_topic
 from outbox_core.kafka_security import KafkaSecurity, KafkaSecuritySettings
 from outbox_core.settings import FlatSettings, SettingProblem, setting_problems
@@ -57,9 +58,18 @@ def _no_bool(value: Any) -> Any:
     return value
 
 
+def _header_name(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not hold NUL")
+    return value
+
+
 Text = Annotated[str, AfterValidator(_not_blank)]
 Name = Annotated[str, Field(max_length=_MAX_NAME_CHARS), AfterValidator(_not_blank)]
 TopicName = Annotated[str, AfterValidator(_topic_name)]
+HeaderName = Annotated[
+    str, Field(max_length=_MAX_NAME_CHARS), AfterValidator(_not_blank), AfterValidator(_header_name)
+]
 NotBool = BeforeValidator(_no_bool)
 Count = Annotated[int, Field(ge=1, le=_MAX_INT), NotBool]
 # A wait of 0 would make the loop it paces spin.
@@ -112,7 +122,18 @@ class ConsumerSettings(FlatSettings):
     backoff_max_s: Seconds = Field(default=10.0, description="Longest retry delay (seconds).")
     missing_event_id: MissingIdPolicy = Field(
         default="dead_letter",
-        description="A record without an event_id header: dead_letter, process or skip.",
+        description="A record without an event id (no event_id header, and neither a "
+        "CloudEvent nor a Debezium record): dead_letter, process or skip.",
+    )
+    debezium_id_header: HeaderName = Field(
+        default=DEBEZIUM_ID_HEADER,
+        description="The header a Debezium outbox record (EventRouter) carries its event id "
+        "in, for records without event_id, ce_id or a CloudEvents content type.",
+    )
+    debezium_type_header: HeaderName = Field(
+        default=DEBEZIUM_TYPE_HEADER,
+        description="The header a Debezium outbox record carries its event type in "
+        "(table.fields.additional.placement).",
     )
     unhandled: Literal["skip", "dead_letter"] = Field(
         default="skip", description="A record no handler is registered for: skip or dead_letter."

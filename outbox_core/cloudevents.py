@@ -55,6 +55,16 @@ def _second(epoch_s: int) -> str:
     return dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def json_content_type(content_type: str | None) -> bool:
+    """Whether a content type is JSON: application/json or a +json type, parameters
+    ignored. The relay embeds such a payload in a structured envelope as JSON; a consumer
+    hands it to handlers decoded."""
+    if content_type is None:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
 def rfc3339(epoch_s: float) -> str:
     """An instant as RFC 3339 UTC with microseconds: 2026-12-05T09:00:00.123456Z.
 

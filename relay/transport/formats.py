@@ -25,6 +25,7 @@ from outbox_core.cloudevents import (
     SPEC_VERSION,
     STRUCTURED_CONTENT_TYPE,
     SUBJECT,
+    json_content_type,
     rfc3339,
 )
 from relay.store import ClaimedRow
@@ -100,14 +101,6 @@ class _RowHeaders:
         ]
 
 
-def _json_content(content_type: str | None) -> bool:
-    """A JSON payload (application/json or a +json type): embedded in the envelope as is."""
-    if content_type is None:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or media.endswith("+json")
-
-
 class CloudEventsBinary:
     """Binary mode: the payload is the value, the attributes are ce_ headers, the
     datacontenttype the content-type header; partitionkey is the record's key."""
@@ -171,7 +164,7 @@ class CloudEventsStructured:
         headers, size = encoded((*row.trace, *row.others))
         headers = (self._CONTENT_TYPE, *headers)
         size += len(self._CONTENT_TYPE[0]) + len(self._CONTENT_TYPE[1])
-        return shared, _json_content(row.content_type), headers, size
+        return shared, json_content_type(row.content_type), headers, size
 
     def build(self, topic: str, row: ClaimedRow) -> tuple[OutgoingRecord, int]:
         shared, is_json, static, static_size = self._static(row.event_type, row.headers_json)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import random
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from cloudevents.core.v1.event import CloudEvent
 
 from consumer_lib import (
     ConsumedEvent,
@@ -418,6 +420,17 @@ def relay_record(
         partition=partition,
         event_id=event_id,
     )
+
+
+CE_SOURCE = "/orders-service"
+CE_TIME = dt.datetime(2026, 12, 5, 9, 0, 0, 123456, tzinfo=dt.UTC)
+
+
+def cloud_event(event_id: str, data: Any, **attributes: Any) -> CloudEvent:
+    """A CloudEvent as another producer makes it with the cloudevents SDK: an OrderPlaced
+    of CE_SOURCE at CE_TIME unless the attributes say otherwise."""
+    base = {"id": event_id, "source": CE_SOURCE, "type": "OrderPlaced", "time": CE_TIME}
+    return CloudEvent(attributes={**base, **attributes}, data=data)
 
 
 def make_events(

@@ -126,6 +126,11 @@ CASES: list[tuple[str, Any, SettingFault | None]] = [
     *(("dead_letter_topic", value, fault) for value, fault in TOPIC_CASES),
     *(
         (name, value, fault)
+        for name in ("debezium_id_header", "debezium_type_header")
+        for value, fault in [*NAME_CASES, ("eventType", OK), ("ce_id", OK)]
+    ),
+    *(
+        (name, value, fault)
         for name in ("batch", "create_dead_letter_topics", "kafka_ssl_check_hostname")
         for value, fault in BOOL_CASES
     ),
@@ -237,3 +242,9 @@ def test_security_given_twice_is_refused() -> None:
     with pytest.raises(ConsumerSettingsError) as err:
         ConsumerSettings(security=KafkaSecurity.plaintext(), **BASE)
     assert [(p.name, p.fault) for p in err.value.problems] == [(None, INVALID)]
+
+
+@pytest.mark.parametrize("name", ["debezium_id_header", "debezium_type_header"])
+def test_a_header_name_with_nul_is_refused(name: str) -> None:
+    """No environment variable or flag can hold NUL: in code only."""
+    assert _verdict(ConsumerSettings, **{**BASE, name: "id\x00"}) == ((name, INVALID),)
