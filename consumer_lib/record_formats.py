@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer_lib.errors import PoisonReason, PoisonRecord
-from outbox_core.cloudevents import (
+from outbox_core.record_formats import (
+    DEBEZIUM_ID_HEADER,
+    DEBEZIUM_TYPE_HEADER,
     HEADER_PREFIX,
     RESERVED_ATTRIBUTES,
     STRUCTURED_CONTENT_TYPE,
@@ -29,11 +31,6 @@ from outbox_core.cloudevents import (
 # The namespace of the event_ids made from ids that are not UUIDs; fixed for good: a new
 # one would give every such event already applied a new event_id.
 EVENT_ID_NAMESPACE = uuid.UUID("6f1b2c1e-7a53-5b8e-9d0c-3e2f4a5b6c7d")
-
-# Debezium's EventRouter puts the event id in the `id` header; the relay's debezium format
-# places the event type in `eventType` by default (table.fields.additional.placement).
-DEBEZIUM_ID_HEADER = "id"
-DEBEZIUM_TYPE_HEADER = "eventType"
 
 _REQUIRED = ("id", "source", "type", "specversion")
 _OPTIONAL = ("time", "subject", "dataschema", "datacontenttype")

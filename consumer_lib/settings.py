@@ -20,9 +20,9 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import SettingsConfigDict
 
 from consumer_lib.errors import ConsumerConfigError
-from consumer_lib.record_formats import DEBEZIUM_ID_HEADER, DEBEZIUM_TYPE_HEADER
 from outbox_core.kafka_names import TOPIC_RULE, legal_topic
 from outbox_core.kafka_security import KafkaSecurity, KafkaSecuritySettings
+from outbox_core.record_formats import DEBEZIUM_ID_HEADER, DEBEZIUM_TYPE_HEADER
 from outbox_core.settings import FlatSettings, SettingProblem, setting_problems
 
 ENV_PREFIX = "OUTBOX_CONSUMER_"

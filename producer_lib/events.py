@@ -9,8 +9,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from outbox_core.cloudevents import ABSOLUTE_URI, EXTENSION_NAME, RESERVED_ATTRIBUTES
 from outbox_core.kafka_names import MAX_TOPIC_CHARS, TOPIC_RULE, legal_topic
+from outbox_core.record_formats import ABSOLUTE_URI, EXTENSION_NAME, RESERVED_ATTRIBUTES
 from outbox_core.sharding import shard_for
 from outbox_core.tenants import MAX_TENANT_CHARS
 from producer_lib.errors import InvalidEvent, PayloadTooLarge

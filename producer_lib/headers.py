@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from outbox_core.cloudevents import DATASCHEMA, HEADER_PREFIX, SUBJECT
+from outbox_core.record_formats import DATASCHEMA, HEADER_PREFIX, SUBJECT
 from producer_lib.errors import InvalidHeader, ReservedHeader
 
 # event_id and event_type travel as columns; the relay adds them to the Kafka headers.

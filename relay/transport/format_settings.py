@@ -10,7 +10,7 @@ from typing import ClassVar, NamedTuple
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from outbox_core.cloudevents import URI_REFERENCE
+from outbox_core.record_formats import DEBEZIUM_ID_HEADER, DEBEZIUM_TYPE_HEADER, URI_REFERENCE
 from outbox_core.settings import SettingsGroup
 
 
@@ -93,12 +93,12 @@ class FormatSettings(SettingsGroup):
         "record format.",
     )
     debezium_id_header: str = Field(
-        default="id",
+        default=DEBEZIUM_ID_HEADER,
         description="With the debezium format: the header holding the event_id "
         "(EventRouter's default, id).",
     )
     debezium_placements: str = Field(
-        default="event_type:header:eventType",
+        default=f"event_type:header:{DEBEZIUM_TYPE_HEADER}",
         description="With the debezium format: columns written to headers, in "
         "EventRouter's table.fields.additional.placement syntax (column:header:alias, "
         "comma-separated; columns event_type, topic, tenant, event_id, created_at; "

@@ -17,7 +17,7 @@ import functools
 import json
 from collections.abc import Mapping
 
-from outbox_core.cloudevents import (
+from outbox_core.record_formats import (
     DATASCHEMA,
     EXTENSION_NAME,
     HEADER_PREFIX,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from outbox_core.cloudevents import rfc3339
+from outbox_core.record_formats import rfc3339
 from relay.store import ClaimedRow
 from relay.transport.format_settings import FormatSettings, RecordFormat
 from relay.transport.formats import RecordShapes

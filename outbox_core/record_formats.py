@@ -1,10 +1,15 @@
-"""CloudEvents names every part agrees on: the producer stores an event's optional
+"""The names of the record formats every part agrees on.
+
+CloudEvents: the producer stores an event's optional
 attributes (subject, dataschema, extensions) in the row's headers under the Kafka
 binding's binary-mode header names (`ce_<attribute>`), the relay turns them into a
 record's attributes, and a consumer reads them back.
 
 CloudEvents 1.0 (https://github.com/cloudevents/spec, spec.md and
 bindings/kafka-protocol-binding.md).
+
+Debezium: the headers of its outbox EventRouter's records that the relay's debezium
+format writes and a consumer reads by default.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ import re
 SPEC_VERSION = "1.0"
 HEADER_PREFIX = "ce_"  # the Kafka binding's binary-mode header of an attribute
 STRUCTURED_CONTENT_TYPE = "application/cloudevents+json"
+
+# Debezium's EventRouter puts the event id in the `id` header; the event type goes where
+# table.fields.additional.placement says, `eventType` in Debezium's own examples.
+DEBEZIUM_ID_HEADER = "id"
+DEBEZIUM_TYPE_HEADER = "eventType"
 
 SUBJECT = HEADER_PREFIX + "subject"
 DATASCHEMA = HEADER_PREFIX + "dataschema"
