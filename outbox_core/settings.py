@@ -262,9 +262,3 @@ def setting_problems(model: type[BaseModel], exc: ValidationError) -> list[Setti
             )
         )
     return problems
-
-
-def describe_errors(model: type[BaseModel], exc: ValidationError, prefix: str) -> list[str]:
-    """One line per error: `flat_name (ENV_NAME): message`; input values are never shown
-    (they may hold secrets)."""
-    return [problem.line(prefix) for problem in setting_problems(model, exc)]

@@ -80,7 +80,8 @@ class EventEmitter(Protocol):
 
     emit and emit_async take the connection, then Event's arguments by keyword:
     `emit(conn, topic=..., key=..., event_type=..., payload=..., headers=None,
-    event_id=None, idempotency_key=None, deliver_after=None, tenant=None)`.
+    event_id=None, idempotency_key=None, deliver_after=None, tenant=None, subject=None,
+    dataschema=None, extensions=None)`.
     """
 
     @emits

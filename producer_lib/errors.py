@@ -45,7 +45,8 @@ class InvalidHeader(InvalidEvent):
 
 class ReservedHeader(InvalidHeader):
     """A user header uses a name the outbox sets itself (event_id, event_type,
-    content-type, traceparent, tracestate, or one starting with outbox-), in any case."""
+    content-type, traceparent, tracestate, or one starting with outbox- or ce_), in any
+    case."""
 
     def __init__(self, message: str, *, name: str) -> None:
         super().__init__(message, field="headers")

@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from outbox_core.kafka_names import MAX_TOPIC_CHARS, TOPIC_RULE, legal_topic
 from outbox_core.sharding import shard_for
 from outbox_core.tenants import MAX_TENANT_CHARS
+from producer_lib.cloudevents import (
+    attribute_headers,
+    check_dataschema,
+    check_extensions,
+    check_subject,
+)
 from producer_lib.errors import InvalidEvent, PayloadTooLarge
 from producer_lib.headers import build_headers, validate_user_headers
 from producer_lib.idempotency import body_hash
@@ -37,6 +43,15 @@ class Event:
     idempotency_key: str | None = None
     deliver_after: DeliverAfter | None = None
     tenant: str | None = None  # whose event: the relay's fair claims take turns by tenant
+    # CloudEvents attributes, published by the relay's CloudEvents record formats.
+    subject: str | None = None
+    dataschema: str | None = None  # an absolute URI
+    extensions: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        check_subject(self.subject)
+        check_dataschema(self.dataschema)
+        check_extensions(self.extensions)
 
 
 @dataclass(frozen=True)
@@ -149,7 +164,12 @@ def prepare(
         tenant = _require_text(event.tenant, "tenant", MAX_TENANT_CHARS)
     event_id = _event_id(event.event_id)
     available_at, delay_s = _deliver_after(event.deliver_after)
-    user = validate_user_headers(event.headers)
+    # The attributes' ce_ names are refused as user headers, so the two never collide;
+    # both are the event's body to an idempotency key.
+    user = {
+        **attribute_headers(event.subject, event.dataschema, event.extensions),
+        **validate_user_headers(event.headers),
+    }
     serialized = serialize(serializer, event.payload)
     headers = build_headers(user, serialized.content_type)
     row = EventRow(

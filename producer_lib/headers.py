@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from outbox_core.cloudevents import HEADER_PREFIX
 from producer_lib.errors import InvalidHeader, ReservedHeader
 
 # event_id and event_type travel as columns; the relay adds them to the Kafka headers.
 RESERVED = frozenset({"event_id", "event_type", "content-type", "traceparent", "tracestate"})
-RESERVED_PREFIX = "outbox-"
+RESERVED_PREFIXES = ("outbox-", HEADER_PREFIX)  # HEADER_PREFIX: CloudEvents attributes
 _NAME = re.compile(r"^[!-~]{1,128}$")
 MAX_VALUE_CHARS = 8192
 
@@ -30,10 +31,12 @@ def validate_user_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
                 field="headers",
             )
         lowered = name.lower()
-        if lowered in RESERVED or lowered.startswith(RESERVED_PREFIX):
+        if lowered in RESERVED or lowered.startswith(RESERVED_PREFIXES):
             raise ReservedHeader(
                 f"header name {name!r} is reserved: the outbox sets "
-                f"{', '.join(sorted(RESERVED))} itself (and every {RESERVED_PREFIX}* name)",
+                f"{', '.join(sorted(RESERVED))} itself, and every name starting with "
+                f"{' or '.join(RESERVED_PREFIXES)} (ce_ names hold the CloudEvents "
+                "attributes: Event's subject, dataschema and extensions)",
                 name=name,
             )
         if not isinstance(value, str):

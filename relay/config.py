@@ -1,7 +1,7 @@
 """Relay settings: environment variables OUTBOX_<NAME>, or the same names as CLI flags.
 
 The settings are grouped (database, kafka, kafka_security, redis, redis_stream, topics,
-batch, tenants, probe, leases, purge, gauges, notify, http, log); each part of the relay receives
+formats, batch, tenants, probe, leases, purge, gauges, notify, http, log); each part of the relay receives
 only its group. Names stay flat for users: OUTBOX_KAFKA_SECURITY_PROTOCOL, --lease-ttl-s (outbox_core.settings).
 Every field is documented in its group; `outbox-relay run --help` prints the same text.
 """
@@ -22,8 +22,8 @@ from outbox_core.settings import (
     FlatField,
     FlatSettings,
     SettingsGroup,
-    describe_errors,
     flat_fields,
+    setting_problems,
 )
 from outbox_core.sharding import MAX_SHARDS
 from relay.control.floors import FloorSettings
@@ -33,10 +33,12 @@ from relay.control.leases import LeaseSettings
 from relay.control.notify import NotifySettings
 from relay.control.purge import PurgeSettings
 from relay.database import DatabaseSettings
-from relay.errors import RelayConfigError
+from relay.errors import RelaySettingsError
 from relay.pipeline.loop import ProbeSettings
 from relay.pipeline.step import BatchRules, BatchSettings, TopicSettings
 from relay.pipeline.tenants import TenantSettings
+from relay.transport.format_settings import FormatSettings, RecordFormat
+from relay.transport.formats import RecordShapes
 from relay.transport.kafka_settings import KafkaSettings
 from relay.transport.redis_streams import RedisStreamSettings
 
@@ -82,6 +84,7 @@ class RelaySettings(FlatSettings):
     redis: RedisSettings = Field(default_factory=RedisSettings)
     redis_stream: RedisStreamSettings = Field(default_factory=RedisStreamSettings)
     topics: TopicSettings = Field(default_factory=TopicSettings)
+    formats: FormatSettings = Field(default_factory=FormatSettings)
     shard_count: int | None = Field(
         default=None,
         ge=1,
@@ -121,6 +124,12 @@ class RelaySettings(FlatSettings):
             if self.kafka.bootstrap_servers is None:
                 raise ValueError("kafka_bootstrap_servers is required with transport=kafka")
             self.kafka_security.check()
+        elif self.formats.in_use() != {RecordFormat.NATIVE}:
+            raise ValueError(
+                "record_format and record_formats (OUTBOX_RECORD_FORMAT, "
+                "OUTBOX_RECORD_FORMATS): a record format is a Kafka record's shape; with "
+                "transport=redis every topic is native"
+            )
         return self
 
     def secrets(self) -> list[str]:
@@ -142,19 +151,20 @@ class RelaySettings(FlatSettings):
             move_max_bytes=self.purge.retention_move_max_bytes,
             turns=self.tenants.turns(),
             bulk_rows=self.tenants.bulk_rows(),
+            shape_of=RecordShapes(self.formats).shape_of,
         )
 
 
 def load_settings(**overrides: object) -> RelaySettings:
-    """Environment plus overrides (CLI flags win); errors become one readable RelayConfigError.
+    """Environment plus overrides (CLI flags win); errors become one readable RelaySettingsError.
 
     Input values are never echoed: they may hold secrets.
     """
     try:
         return RelaySettings(**overrides)
     except ValidationError as exc:
-        lines = describe_errors(RelaySettings, exc, ENV_PREFIX)
-        raise RelayConfigError("invalid relay configuration:\n" + "\n".join(lines)) from None
+        problems = setting_problems(RelaySettings, exc)
+        raise RelaySettingsError(problems, ENV_PREFIX) from None
 
 
 def settings_fields() -> list[FlatField]:

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from outbox_core.errors import (
     ConfigurationError,
     DatabaseError,
     OutboxError,
     StartupParameterRefused,
 )
+from outbox_core.settings import SettingProblem
 
 
 class RelayError(OutboxError):
@@ -17,6 +20,17 @@ class RelayError(OutboxError):
 
 class RelayConfigError(RelayError, ConfigurationError):
     """The configuration is invalid or unsafe; the relay refuses to start (exit code 2)."""
+
+
+class RelaySettingsError(RelayConfigError):
+    """Settings refused at load: `problems` holds each refused setting and what is wrong
+    with it (SettingFault), the same whether it was given in code, the environment or a
+    flag."""
+
+    def __init__(self, problems: Sequence[SettingProblem], prefix: str) -> None:
+        self.problems = tuple(problems)
+        lines = [problem.line(prefix) for problem in self.problems]
+        super().__init__("invalid relay configuration:\n" + "\n".join(lines))
 
 
 class PoolerRefused(RelayConfigError):

@@ -43,7 +43,7 @@ from relay.store import (
 )
 from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
 from relay.transport.protocol import Publisher
-from relay.transport.records import OutgoingRecord, to_records
+from relay.transport.records import OutgoingRecord, RecordShape, to_records
 
 log = logging.getLogger("relay.cycle")
 
@@ -125,6 +125,8 @@ class BatchRules:
     move_max_bytes: int = MOVE_MAX_BYTES  # keep: larger payloads are marked where they are
     turns: TenantTurns | None = None  # fair_tenants: claims take turns between tenants
     bulk_rows: int | None = None  # with turns: a tenant's backlog drains in a lane of its own
+    # The record format of a row topic (None: native).
+    shape_of: Callable[[str], RecordShape | None] = field(default=lambda _topic: None)
 
     @property
     def lanes(self) -> int:
@@ -414,11 +416,12 @@ class Step:
         topic_of = {
             t: rules.topics.kafka_topic(t) for t in {row.topic for row in rows} if type(t) is str
         }
+        shapes = {t: shape for t in topic_of if (shape := rules.shape_of(t)) is not None}
         records: list[OutgoingRecord] = []
         oversized: dict[int, int] = {}
         malformed: dict[int, str] = {}
         async for start, piece in pieces(rows):  # a large claim gives the other lane turns
-            built, too_large, bad = to_records(piece, topic_of, limit)
+            built, too_large, bad = to_records(piece, topic_of, limit, shapes)
             records += built
             oversized.update((start + i, size) for i, size in too_large.items())
             malformed.update((start + i, why) for i, why in bad.items())

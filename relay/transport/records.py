@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
 from relay.store import ClaimedRow
 
@@ -59,8 +59,8 @@ def _json_type(value: object) -> str:
     return _JSON_TYPES.get(type(value), "a number")
 
 
-@functools.lru_cache(maxsize=1024)
-def _headers(event_type: str, headers_json: str) -> tuple[Headers, int]:
+def parse_headers(headers_json: str) -> dict[str, str]:
+    """The row's headers column, which must be a JSON object of strings."""
     try:
         parsed = json.loads(headers_json)
     except (ValueError, TypeError, RecursionError) as exc:
@@ -70,14 +70,31 @@ def _headers(event_type: str, headers_json: str) -> tuple[Headers, int]:
     wrong = next((k for k, v in parsed.items() if not isinstance(v, str)), None)
     if wrong is not None:
         raise MalformedRow(f"header {wrong[:128]!r} is {_json_type(parsed[wrong])}, not a string")
+    return parsed
+
+
+def encoded(headers: Iterable[tuple[str, str]]) -> tuple[Headers, int]:
+    """Headers as they go on the wire, and their size."""
     try:
-        headers: Headers = (
-            ("event_type", event_type.encode()),
-            *((k, v.encode()) for k, v in parsed.items() if k.lower() not in _OWN),
-        )
+        out: Headers = tuple((name, value.encode()) for name, value in headers)
     except UnicodeEncodeError:  # a lone surrogate, which JSON text can spell
         raise MalformedRow("headers hold text that is not valid Unicode") from None
-    return headers, sum(len(name) + len(value) for name, value in headers)
+    return out, sum(len(name) + len(value) for name, value in out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _headers(event_type: str, headers_json: str) -> tuple[Headers, int]:
+    parsed = parse_headers(headers_json)
+    return encoded(
+        (("event_type", event_type), *((k, v) for k, v in parsed.items() if k.lower() not in _OWN))
+    )
+
+
+class RecordShape(Protocol):
+    """A record format other than the native one (formats.py): builds a row's record and
+    its size, raising (anything) for a row that cannot become one."""
+
+    def build(self, topic: str, row: ClaimedRow) -> tuple[OutgoingRecord, int]: ...
 
 
 def _malformed(row: ClaimedRow, topic_of: Mapping[str, str]) -> str:
@@ -95,7 +112,7 @@ def _malformed(row: ClaimedRow, topic_of: Mapping[str, str]) -> str:
     if row.topic not in topic_of:
         return "malformed row: its topic has no Kafka topic"
     try:
-        _headers(row.event_type, row.headers_json)
+        _headers(row.event_type, row.headers_json)  # what every shape reads of them
         row.key.encode()
         row.event_id.encode()
         row.event_type.encode()
@@ -114,17 +131,29 @@ _record = functools.partial(tuple.__new__, OutgoingRecord)
 
 
 def to_records(
-    rows: Sequence[ClaimedRow], topic_of: Mapping[str, str], limit: int
+    rows: Sequence[ClaimedRow],
+    topic_of: Mapping[str, str],
+    limit: int,
+    shapes: Mapping[str, RecordShape] | None = None,
 ) -> tuple[list[OutgoingRecord], dict[int, int], dict[int, str]]:
     """The rows' records, in order; {index: size} of those larger than limit bytes (key,
     value and headers, as OutgoingRecord.size counts them); and {index: what is wrong} of
-    the rows that cannot become a record (their places in the records hold no record)."""
+    the rows that cannot become a record (their places in the records hold no record).
+    shapes: the record format of a row topic that is not published natively."""
     records: list[OutgoingRecord] = []
     append = records.append
     oversized: dict[int, int] = {}
     malformed: dict[int, str] = {}
+    shape_of = (shapes or {}).get
     for i, row in enumerate(rows):
         try:  # free until a row raises: the common claim pays nothing for the check
+            shape = shape_of(row.topic) if shapes else None
+            if shape is not None:
+                record, size = shape.build(topic_of[row.topic], row)
+                append(record)
+                if size > limit:
+                    oversized[i] = size
+                continue
             static, static_size = _headers(row.event_type, row.headers_json)
             key, value, event_id = row.key.encode(), row.payload, row.event_id.encode()
             if not isinstance(value, bytes):
