@@ -3,7 +3,7 @@ each format against native's.
 
     .venv/bin/python -m bench record_formats                    # both parts
     .venv/bin/python -m bench record_formats --parts compare --compare-events 200
-    .venv/bin/python -m bench record_formats --parts drain --events 20000 --rounds 3
+    .venv/bin/python -m bench record_formats --parts drain --events 20000 --rounds 1
 
 compare: producer_lib emits --compare-events events of every payload kind into a private
 database on a Postgres with wal_level=logical (--debezium-database-url, default one of this
@@ -68,7 +68,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=os.environ.get("OUTBOX_BENCH_CACHE_DIR", str(BENCH_CACHE)),
         help="where Kafka Connect and Debezium are fetched to, once",
     )
-    p.add_argument("--events", type=int, default=20_000, help="the drain's backlog")
+    p.add_argument("--events", type=int, default=100_000, help="the drain's backlog")
     p.add_argument("--rounds", type=int, default=3, help="drains per format (median reported)")
     p.add_argument("--keys", type=int, default=1000)
     p.add_argument("--partitions", type=int, default=4, help="of every private topic")
