@@ -181,7 +181,7 @@ def test_the_latency_bench_measures_an_idle_relay_and_a_load(
 
 @pytest.mark.timeout(420)
 def test_the_record_formats_bench_finds_the_relay_s_debezium_records_equal_to_debezium_s(
-    postgres_admin: str, kafka_bootstrap: str
+    postgres_admin: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """The comparison runs Debezium's own connector and EventRouter (Kafka Connect, fetched
     once into the bench cache) on a wal_level=logical Postgres the bench starts for it, and
@@ -191,6 +191,7 @@ def test_the_record_formats_bench_finds_the_relay_s_debezium_records_equal_to_de
         [
             *("-m", "bench", "record_formats", "--compare-events", "200"),
             *("--events", "2000", "--rounds", "1", "--partitions", "2"),
+            *("--logdir", str(tmp_path)),
         ],
         {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
         400,
