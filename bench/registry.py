@@ -60,6 +60,12 @@ BENCHES = (
         "relay-large-events",
     ),
     Bench(
+        "record_formats",
+        "Are the relay's debezium records the ones Debezium's EventRouter writes, and does each "
+        "record format drain at least 0.9 of native's rate?",
+        "relay-record-formats",
+    ),
+    Bench(
         "consumer_throughput",
         "How many events a second does consumer_lib apply, against plain aiokafka consumers?",
         "consumer_lib-apply-throughput",

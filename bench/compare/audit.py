@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from bench.compare.common import Q
 
@@ -42,7 +42,10 @@ class Audit:
 def seq_of(value: bytes) -> int:
     if value.startswith(SEQ_PREFIX):
         return int(value[len(SEQ_PREFIX) : value.index(b",", len(SEQ_PREFIX))])
-    return int(json.loads(value)["seq"])  # another serializer's spacing or key order
+    # Another serializer's spacing or key order, or a CloudEvents structured envelope
+    # with the payload as its data.
+    doc = json.loads(value)
+    return int(doc["data"]["seq"] if "specversion" in doc else doc["seq"])
 
 
 class Tally:
@@ -76,8 +79,14 @@ class Tally:
                 highest[key] = seq
 
 
-async def read_topic(bootstrap: str, topic: str, partitions: int) -> Tally:
-    tally = Tally()
+async def read_whole(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    take: Callable[[Sequence[ConsumerRecord[bytes, bytes]]], None],
+) -> int:
+    """Hand every record of the topic, offset 0 to the end offsets at the start, to take
+    (one partition's fetch at a time, in offset order); returns how many there were."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -88,6 +97,7 @@ async def read_topic(bootstrap: str, topic: str, partitions: int) -> Tally:
         fetch_max_bytes=4 * FETCH_BYTES,
     )
     await consumer.start()
+    read = 0
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
@@ -98,24 +108,32 @@ async def read_topic(bootstrap: str, topic: str, partitions: int) -> Tally:
         while left:
             batches = await consumer.getmany(*left, timeout_ms=1000, max_records=FETCH_RECORDS)
             for tp, records in batches.items():
-                tally.add((r.key, r.value) for r in records if r.offset < ends[tp])
+                wanted = [r for r in records if r.offset < ends[tp]]
+                read += len(wanted)
+                take(wanted)
             if batches:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > STALL_S:
-                raise RuntimeError(f"audit of {topic}: nothing read for {STALL_S:.0f} s")
+                raise RuntimeError(f"reading {topic}: nothing read for {STALL_S:.0f} s")
             # The consumer's position, not the last record seen: it is where the next
             # fetch starts, whatever the records came in.
             for tp in list(left):
                 if await consumer.position(tp) >= ends[tp]:
                     left.discard(tp)
-        if tally.records != sum(ends.values()):
+        if read != sum(ends.values()):
             # Nothing compacts or aborts on these topics: every offset below the end holds
-            # one record, so a shortfall is the audit's own fault, never the contender's.
-            raise RuntimeError(
-                f"audit of {topic}: read {tally.records:,} of {sum(ends.values()):,} records"
-            )
+            # one record, so a shortfall is the reader's own fault, never the contender's.
+            raise RuntimeError(f"reading {topic}: read {read:,} of {sum(ends.values()):,} records")
     finally:
         await consumer.stop()
+    return read
+
+
+async def read_topic(bootstrap: str, topic: str, partitions: int) -> Tally:
+    tally = Tally()
+    await read_whole(
+        bootstrap, topic, partitions, lambda records: tally.add((r.key, r.value) for r in records)
+    )
     return tally
 
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.compare.backlog import build_template, drop_database
+from bench.compare.backlog import build_template
 from bench.compare.ceiling import drain_ceiling, drain_kafka
 from bench.compare.common import (
     BENCH_CACHE,
@@ -36,7 +36,6 @@ from bench.compare.ours import drain_relay, latency_ours
 from bench.compare.report import render, write_docs
 from bench.compare.services import server_settings, start_services
 from bench.shared.procstat import loadavg
-from bench.shared.topics import delete_topics
 
 
 def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespace:
@@ -187,10 +186,7 @@ async def run(args: argparse.Namespace) -> int:
                 assert libs is not None
                 points += await latency_debezium(ctx, libs)
     finally:
-        for name in list(ctx.dbs):
-            drop_database(services, name)
-        drop_database(services, backlog.template)
-        await delete_topics(services.bootstrap, ctx.topics)
+        await ctx.close()
     load_after = loadavg()
     plot_rel: str | None = None
     if args.write_docs and points:

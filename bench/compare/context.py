@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.compare.backlog import Backlog, copy_database, drop_database
 from bench.compare.services import Services
 from bench.shared.orders import TOPIC
-from bench.shared.topics import create_topic
+from bench.shared.topics import create_topic, delete_topics
 
 
 @dataclass
@@ -39,3 +39,10 @@ class Context:
         if name in self.dbs:
             self.dbs.remove(name)
             drop_database(self.services, name)
+
+    async def close(self) -> None:
+        """Drop every database this run made, the template too, and delete its topics."""
+        for name in list(self.dbs):
+            drop_database(self.services, name)
+        drop_database(self.services, self.backlog.template)
+        await delete_topics(self.services.bootstrap, self.topics)

@@ -4,6 +4,8 @@ retention=delete; and its offered-load latency."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from bench.compare.backlog import load_backlog
 from bench.compare.common import PYTHON
 from bench.compare.context import Context
@@ -14,10 +16,14 @@ from bench.shared.processes import Proc, launch, relay_env
 RELAY = [PYTHON, "-m", "relay.cli", "run"]
 
 
-async def drain_relay(ctx: Context, contender: str, round_no: int) -> Drain:
+async def drain_relay(
+    ctx: Context, contender: str, round_no: int, settings: Mapping[str, str] | None = None
+) -> Drain:
+    """settings: relay environment variables beyond the defaults (bench/record_formats.py:
+    the record format)."""
     url, prefix, topic = await ctx.fresh(contender, f"_r{round_no}")
     load_s = load_backlog(url, ctx.backlog.events)
-    env = relay_env(url, ctx.services.bootstrap, prefix)
+    env = {**relay_env(url, ctx.services.bootstrap, prefix), **(settings or {})}
     if contender == "ours-delete":
         env["OUTBOX_RETENTION"] = "delete"
     replicas = 2 if contender == "ours2" else 1

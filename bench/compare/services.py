@@ -1,11 +1,17 @@
 """The Postgres and Kafka the comparison runs on: its own in BENCH_CACHE (scripts/services.py,
-wal_level=logical for Debezium), or the ones DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS name."""
+wal_level=logical for Debezium), or the ones DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS name;
+and a throwaway Postgres with wal_level=logical for a bench that runs Debezium beside the
+environment's servers."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +20,7 @@ import psycopg
 
 from bench.compare.common import BENCH_PG_OPTIONS, PYTHON, ROOT, Q, say
 from bench.shared import procstat
+from scripts.ports import reserved_port
 
 
 @dataclass
@@ -83,6 +90,30 @@ def run_services(env: dict[str, str], *args: str) -> None:
         raise RuntimeError(f"scripts/services.py {' '.join(args)} failed")
 
 
+def postgres_url(port: int) -> str:
+    """The admin URL of a cluster scripts/services.py started on port (local trust auth)."""
+    return f"postgresql://outbox:outbox@127.0.0.1:{port}/outbox"
+
+
+@contextmanager
+def logical_postgres() -> Iterator[str]:
+    """A Postgres cluster of this run's own with wal_level=logical, in a temporary cache
+    folder on a free port, stopped and removed on the way out: its admin URL. The servers
+    other programs use are never restarted for it."""
+    cache = Path(tempfile.mkdtemp(prefix="outbox-bench-pg-"))
+    cache.chmod(0o755)  # the cluster belongs to the postgres user, who must reach it
+    env = services_env(cache, reserved_port(), 0)
+    say(f"services: a wal_level=logical Postgres in {cache} (postgres :{env['OUTBOX_PG_PORT']})")
+    try:
+        run_services(env, "up", "--only", "postgres")
+        yield postgres_url(int(env["OUTBOX_PG_PORT"]))
+    finally:
+        try:
+            run_services(env, "down", "--only", "postgres")
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
 def server_settings(url: str) -> tuple[Any, ...]:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(Q["server_settings"]).fetchone()
@@ -105,7 +136,7 @@ def start_services(args: argparse.Namespace) -> Services:
         f"services: scripts/services.py up in {cache} (postgres :{args.pg_port}, kafka :{args.kafka_port})"
     )
     run_services(env, "up")
-    url = f"postgresql://outbox:outbox@127.0.0.1:{args.pg_port}/outbox"
+    url = postgres_url(args.pg_port)
     if server_settings(url)[1] != "logical":
         say("services: switching the bench Postgres to wal_level=logical (restart)")
         run_services(env, "down", "--only", "postgres")

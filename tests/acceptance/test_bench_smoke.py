@@ -3,7 +3,8 @@ that proves it and nothing about speed.
 
 tenant_fairness launches relays and writers in every configuration; large_events samples
 a relay's memory; relay_fleet runs steady_floor's loop beside a relay; relay_latency
-measures an idle relay and a steady load. Each runs here against the test services, its
+measures an idle relay and a steady load; record_formats runs Debezium beside the relay's
+debezium format and drains once per format. Each runs here against the test services, its
 output checked for the rows it exists to print.
 """
 
@@ -176,3 +177,48 @@ def test_the_latency_bench_measures_an_idle_relay_and_a_load(
     assert float(cells[2]) > 0, output  # p50 ms
     assert int(cells[5]) > 0, output  # measured
     assert cells[6] == "0", output  # missing
+
+
+@pytest.mark.timeout(420)
+def test_the_record_formats_bench_finds_the_relay_s_debezium_records_equal_to_debezium_s(
+    postgres_admin: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The comparison runs Debezium's own connector and EventRouter (Kafka Connect, fetched
+    once into the bench cache) on a wal_level=logical Postgres the bench starts for it, and
+    the relay in its debezium format on the same rows: zero differences is the claim that
+    the relay's records are Debezium's. The drains run at a size that proves they run."""
+    output = run_bench(
+        [
+            *("-m", "bench", "record_formats", "--compare-events", "200"),
+            *("--events", "2000", "--rounds", "1", "--partitions", "2"),
+            *("--logdir", str(tmp_path)),
+        ],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        400,
+    )
+    rows = {
+        cells[0]: cells[1]
+        for line in output.splitlines()
+        if line.startswith("| ")
+        for cells in [table_cells(line)]
+    }
+    assert rows["events emitted"] == "200", output
+    assert rows["compared (matched by id)"] == "200", output
+    assert rows["equal"] == "200", output
+    assert rows["differing"] == "0", output
+    assert rows["only on Debezium's topics"] == rows["only on the relay's topics"] == "0", output
+    # What was compared: Debezium's id and placement headers, beside key, value and topic.
+    assert "Headers Debezium set, compared: eventType, id;" in output, output
+    drains = [
+        table_cells(line)
+        for line in output.splitlines()
+        if line.startswith(("| native ", "| cloudevents-", "| debezium "))
+    ]
+    assert [cells[0] for cells in drains] == [
+        "native",
+        "cloudevents-binary",
+        "cloudevents-structured",
+        "debezium",
+    ], output
+    for cells in drains:
+        assert cells[6:9] == ["0", "0", "0"], output  # lost, duplicates, order violations

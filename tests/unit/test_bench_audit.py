@@ -20,6 +20,8 @@ def payload(seq: int) -> bytes:
 def test_seq_is_read_from_the_compact_payload_and_from_any_other_json() -> None:
     assert seq_of(payload(123456)) == 123456
     assert seq_of(b'{"order_id": 1, "seq": 7}') == 7
+    # A CloudEvents structured envelope carries the payload as its data.
+    assert seq_of(b'{"specversion":"1.0","id":"x","data":' + payload(42) + b"}") == 42
 
 
 def test_duplicates_do_not_count_as_order_violations_and_a_late_first_seen_seq_does() -> None:
