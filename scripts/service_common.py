@@ -1,5 +1,6 @@
-"""What the Postgres and Kafka of scripts/services.py share: the cache folder and the files in
-it, the error they report, and small process and socket helpers.
+"""What the servers of scripts/services.py share: the cache folder and the files in it, the
+login of the local databases, the error they report, and small process, socket and URL
+helpers.
 
 The cache is OUTBOX_CACHE_DIR (default /var/cache/outbox-relay as root, else
 ~/.cache/outbox-relay): RUN holds the running servers' data and logs, and the Kafka jars are
@@ -29,6 +30,11 @@ CACHE = Path(os.environ.get("OUTBOX_CACHE_DIR", _DEFAULT_CACHE))
 RUN = CACHE / "run"
 
 KAFKA_VERSION = "4.1.1"
+
+# The local Postgres and MariaDB log in as this user with this password (trust auth on
+# Postgres). The password differs from the user so that redaction does not mask "outbox".
+LOCAL_USER = "outbox"
+LOCAL_PASSWORD = "outbox-local-dev"
 
 
 class ServiceError(Exception):
@@ -117,3 +123,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def redact(url: str) -> str:
+    """The URL with its password masked. Never print a password, even the test one: the
+    same code prints user DSNs. The password runs to the last "@" (a raw "@" in it is
+    still a password), and a URL without a scheme is masked too."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" not in rest:
+        return url
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"

@@ -11,7 +11,17 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from scripts.service_common import P, ServiceError, apt_install, port_open, run, say
+from scripts.service_common import (
+    LOCAL_PASSWORD,
+    LOCAL_USER,
+    P,
+    ServiceError,
+    apt_install,
+    port_open,
+    redact,
+    run,
+    say,
+)
 
 PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "55432"))
 # Extra server options appended to the defaults, e.g. "-c wal_level=logical" (the relay
@@ -23,10 +33,8 @@ PG_EXTRA_OPTIONS = os.environ.get("OUTBOX_PG_OPTIONS", "").strip()
 # else, or unset: both on, as in production, for demos and benchmarks. Applied by every
 # `up`, to a running cluster too (both settings take effect on reload).
 PG_DURABLE = os.environ.get("OUTBOX_PG_DURABLE", "1") != "0"
-PG_USER = "outbox"
-PG_PASSWORD = (
-    "outbox-local-dev"  # trust auth locally; distinct so log redaction does not mask "outbox"
-)
+PG_USER = LOCAL_USER
+PG_PASSWORD = LOCAL_PASSWORD
 PG_DB = "outbox"
 DEFAULT_DATABASE_URL = f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{PG_PORT}/{PG_DB}"
 
@@ -186,13 +194,3 @@ def pg_down() -> None:
         say("postgres: stopped")
     else:
         say("postgres: not running")
-
-
-def redact(url: str) -> str:
-    # Never print a password, even the test one: the same code prints user DSNs.
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}"
-    return url

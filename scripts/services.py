@@ -1,20 +1,23 @@
-"""Start, stop and inspect the Postgres, Kafka and Redis that tests, demos and benchmarks use.
+"""Start, stop and inspect the Postgres, Kafka, Redis, PgBouncer and MariaDB that tests, demos
+and benchmarks use.
 
 Both servers are real: Debian's postgresql in a cluster this script owns, and Apache Kafka
 (KRaft, one combined node) assembled from Maven Central into a cache folder. Everything
 binds to 127.0.0.1. Redis (the second transport) is Debian's redis-server with AOF on, in a
 data folder of its own (scripts/service_redis.py). PgBouncer is Debian's pgbouncer in
-transaction pooling mode in front of that Postgres (scripts/service_pgbouncer.py). When
-DATABASE_URL, KAFKA_BOOTSTRAP_SERVERS, REDIS_URL or PGBOUNCER_URL is set, that service is
-taken as given and only checked.
+transaction pooling mode in front of that Postgres (scripts/service_pgbouncer.py). MariaDB
+(the third database) is Debian's mariadb-server in a data folder of its own
+(scripts/service_mariadb.py). When DATABASE_URL, KAFKA_BOOTSTRAP_SERVERS, REDIS_URL,
+PGBOUNCER_URL or MARIADB_URL is set, that service is taken as given and only checked.
 
-Usage: scripts/services up|down|status|env [--only postgres|kafka|redis|pgbouncer]
+Usage: scripts/services up|down|status|env [--only postgres|kafka|redis|pgbouncer|mariadb]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -36,6 +39,7 @@ from scripts.service_common import (
     Paths,
     ServiceError,
     port_open,
+    redact,
     run,
     say,
 )
@@ -54,6 +58,7 @@ from scripts.service_kafka import (
     kafka_up,
     kafka_write_config,
 )
+from scripts.service_mariadb import DEFAULT_MARIADB_URL, mariadb_down, mariadb_status, mariadb_up
 from scripts.service_pgbouncer import (
     PGBOUNCER_DATA,
     pgbouncer_down,
@@ -75,7 +80,6 @@ from scripts.service_postgres import (
     pg_install,
     pg_running,
     pg_up,
-    redact,
 )
 from scripts.service_redis import DEFAULT_REDIS_URL, REDIS_DATA, redis_down, redis_pid, redis_up
 
@@ -83,6 +87,7 @@ __all__ = [
     "CACHE",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_DATABASE_URL",
+    "DEFAULT_MARIADB_URL",
     "DEFAULT_REDIS_URL",
     "KAFKA_CONTROLLER_PORT",
     "KAFKA_PORT",
@@ -123,6 +128,10 @@ __all__ = [
 ]
 
 
+# Every service, in the order `up` starts them.
+SERVICES = ["postgres", "kafka", "redis", "pgbouncer", "mariadb"]
+
+
 def status() -> int:
     bindir = pg_bin()
     pg = "running" if bindir and pg_running(bindir) else "stopped"
@@ -140,6 +149,7 @@ def status() -> int:
     bpid = pgbouncer_pid()
     pooler = f"running pid {bpid}" if bpid else "stopped"
     say(f"pgbouncer: {pooler} ({redact(_pgbouncer_url())}), files {PGBOUNCER_DATA}")
+    say(mariadb_status())
     return 0
 
 
@@ -158,11 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("action", choices=["up", "down", "status", "env"])
     parser.add_argument(
         "--only",
-        choices=["postgres", "kafka", "redis", "pgbouncer"],
+        choices=SERVICES,
         help="act on one service only",
     )
     args = parser.parse_args(argv)
-    want = {args.only} if args.only else {"postgres", "kafka", "redis", "pgbouncer"}
+    want = {args.only} if args.only else set(SERVICES)
     try:
         RUN.mkdir(parents=True, exist_ok=True)
         RUN.chmod(0o755)
@@ -184,8 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "pgbouncer" in want:
                 url = pgbouncer_up(pg_url)
                 say(f"pgbouncer: ready at {redact(url)} in {time.monotonic() - t3:.1f}s")
+            t4 = time.monotonic()
+            if "mariadb" in want:
+                url = mariadb_up()
+                say(f"mariadb: ready at {redact(url)} in {time.monotonic() - t4:.1f}s")
             say(f"all up in {time.monotonic() - t0:.1f}s; stop with: scripts/services down")
         elif args.action == "down":
+            if "mariadb" in want:
+                mariadb_down()
             if "pgbouncer" in want:
                 pgbouncer_down()
             if "redis" in want:
@@ -197,12 +213,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.action == "status":
             return status()
         else:
-            print(f"export DATABASE_URL={os.environ.get('DATABASE_URL', DEFAULT_DATABASE_URL)}")
-            print(
-                f"export KAFKA_BOOTSTRAP_SERVERS={os.environ.get('KAFKA_BOOTSTRAP_SERVERS', DEFAULT_BOOTSTRAP)}"
-            )
-            print(f"export REDIS_URL={os.environ.get('REDIS_URL', DEFAULT_REDIS_URL)}")
-            print(f"export PGBOUNCER_URL={_pgbouncer_url()}")
+            exports = {
+                "DATABASE_URL": os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
+                "KAFKA_BOOTSTRAP_SERVERS": os.environ.get(
+                    "KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP
+                ),
+                "REDIS_URL": os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
+                "PGBOUNCER_URL": _pgbouncer_url(),
+                "MARIADB_URL": os.environ.get("MARIADB_URL", DEFAULT_MARIADB_URL),
+            }
+            # The output is eval'ed by a shell: a value given in the environment is quoted,
+            # so whatever it holds stays a value.
+            for name, value in exports.items():
+                print(f"export {name}={shlex.quote(value)}")
     except ServiceError as exc:
         print(f"[services] ERROR: {exc}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ from tests.support import kafka as kafka_support
 from tests.support import redis as redis_support
 from tests.support import timings
 from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.mariadb import MariaDatabases, mariadb_admin_url
 from tests.support.postgres import Databases, worker_id
 from tests.support.services import kafka_bootstrap_servers, postgres_admin_url
 
@@ -50,6 +51,23 @@ def databases(postgres_admin: str) -> Iterator[Databases]:
 def pg_url(databases: Databases) -> str:
     """URL of a fresh, empty Postgres database owned by this test."""
     return databases.empty()
+
+
+@pytest.fixture(scope="session")
+def mariadb_databases() -> Iterator[MariaDatabases]:
+    """This process's private MariaDB databases, dropped when its session ends; skips the
+    tests that ask for one when MARIADB_URL is unset."""
+    made = MariaDatabases(mariadb_admin_url(), worker_id())
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def mariadb_url(mariadb_databases: MariaDatabases) -> str:
+    """URL of a fresh, empty MariaDB database owned by this test."""
+    return mariadb_databases.empty()
 
 
 @pytest.fixture

@@ -1,0 +1,100 @@
+"""Private MariaDB databases for tests, on the server MARIADB_URL names (`scripts/services up`
+starts Debian's mariadb-server; scripts/test always sets the variable).
+
+As on Postgres (tests/support/postgres.py), a test owns its database, and the databases a
+test process made are dropped when its session ends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+from scripts.service_mariadb import mariadb_login
+from tests.support.postgres import PREFIX, with_database
+
+_NO_MARIADB = (
+    "MARIADB_URL is not set: run `scripts/services up --only mariadb` and "
+    '`eval "$(scripts/services env)"`, or use scripts/test, which always sets it.'
+)
+
+
+def mariadb_admin_url() -> str:
+    """MARIADB_URL (a server URL with the right to create databases); skips the test when
+    it is unset."""
+    url = os.environ.get("MARIADB_URL")
+    if not url:
+        pytest.skip(_NO_MARIADB)
+    return url
+
+
+def connect(url: str, **options: Any) -> Any:
+    """A PyMySQL connection to the database `url` names (none for a server URL)."""
+    import pymysql  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    login = mariadb_login(url)
+    return pymysql.connect(
+        host=login.host,
+        port=login.port,
+        user=login.user,
+        password=login.password,
+        database=login.database or None,
+        charset="utf8mb4",
+        **options,
+    )
+
+
+def quote_name(name: str) -> str:
+    """`name` as a MariaDB identifier, whatever it holds."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+class MariaDatabases:
+    """The private MariaDB databases of one test process (one xdist worker). Names carry
+    the session's tag, so `close()` drops exactly this session's databases."""
+
+    def __init__(self, admin_url: str, worker: str = "") -> None:
+        self.admin_url = admin_url
+        self.session = f"{PREFIX}{worker or 'main'}_{uuid.uuid4().hex[:6]}_"
+        self._made: list[str] = []
+        self._lock = threading.Lock()
+        self._admin: Any = None
+
+    def _run(self, statement: str) -> None:
+        # One admin connection for the session, as on Postgres. A statement on a connection
+        # the server closed (idle timeout, restart) runs again on a new one.
+        import pymysql  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+        with self._lock:
+            try:
+                self._execute(statement)
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
+                if self._admin is None or self._admin.open:
+                    raise
+                self._admin = None
+                self._execute(statement)
+
+    def _execute(self, statement: str) -> None:
+        if self._admin is None:
+            self._admin = connect(self.admin_url, autocommit=True)
+        with self._admin.cursor() as cur:
+            cur.execute(statement)
+
+    def empty(self) -> str:
+        """URL of a new, empty database of this test's own."""
+        name = f"{self.session}{uuid.uuid4().hex[:10]}"
+        self._run(f"CREATE DATABASE {quote_name(name)}")
+        self._made.append(name)
+        return with_database(self.admin_url, name)
+
+    def close(self) -> None:
+        for name in reversed(self._made):
+            self._run(f"DROP DATABASE IF EXISTS {quote_name(name)}")
+        self._made.clear()
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
