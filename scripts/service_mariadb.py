@@ -143,7 +143,8 @@ def mariadb_install() -> str:
     found = mariadbd_bin()
     if found:
         return found
-    apt_install("mariadb-server", "MariaDB", "MARIADB_URL")
+    # The server, its clients and mariadb-install-db are all in its Depends.
+    apt_install("mariadb-server", "MariaDB", "MARIADB_URL", recommends=False)
     found = mariadbd_bin()
     if not found:
         raise ServiceError("apt-get installed mariadb-server but no mariadbd was found")
