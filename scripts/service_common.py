@@ -94,6 +94,26 @@ def apt_install(package: str, name: str, url_var: str, *, recommends: bool = Tru
     apt_get_install([package], recommends=recommends)
 
 
+def installed(binary: str, package: str, name: str, url_var: str, **apt: bool) -> str:
+    """The path of the server `binary`, from Debian's `package` (installed first when the
+    binary is missing: apt_install, which `apt` options go to)."""
+    found = find_binary(binary)
+    if found:
+        return found
+    apt_install(package, name, url_var, **apt)
+    found = find_binary(binary)
+    if not found:
+        raise ServiceError(f"apt-get installed {package} but no {binary} was found")
+    return found
+
+
+def find_binary(binary: str) -> str | None:
+    """`binary` on PATH, or in /usr/sbin, where Debian puts servers and a user's PATH may
+    not reach."""
+    sbin = Path("/usr/sbin") / binary
+    return shutil.which(binary) or (str(sbin) if sbin.exists() else None)
+
+
 def apt_get_install(packages: Sequence[str], *, recommends: bool = True) -> None:
     """apt-get update and install, one process at a time: tests running side by side may
     each install a package they need, and dpkg takes one installer at once."""

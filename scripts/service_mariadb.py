@@ -24,7 +24,7 @@ from scripts.service_common import (
     LOCAL_USER,
     RUN,
     ServiceError,
-    apt_install,
+    installed,
     machine_lock,
     port_open,
     redact,
@@ -133,24 +133,6 @@ def flush_log_at_commit(durable: bool) -> int:
     return 1 if durable else 2
 
 
-def mariadbd_bin() -> str | None:
-    return shutil.which("mariadbd") or (
-        "/usr/sbin/mariadbd" if Path("/usr/sbin/mariadbd").exists() else None
-    )
-
-
-def mariadb_install() -> str:
-    found = mariadbd_bin()
-    if found:
-        return found
-    # The server, its clients and mariadb-install-db are all in its Depends.
-    apt_install("mariadb-server", "MariaDB", "MARIADB_URL", recommends=False)
-    found = mariadbd_bin()
-    if not found:
-        raise ServiceError("apt-get installed mariadb-server but no mariadbd was found")
-    return found
-
-
 def _client(name: str) -> str:
     found = shutil.which(name)
     if not found:
@@ -211,7 +193,8 @@ def _initialize(files: Files) -> None:
 def mariadb_start(port: int, files: Files, *, durable: bool = True) -> None:
     """Start mariadbd on 127.0.0.1:port with its files in `files.home` (made on first use);
     wait until it answers on its socket."""
-    binary = mariadb_install()
+    # The server, its clients and mariadb-install-db are all in the package's Depends.
+    binary = installed("mariadbd", "mariadb-server", "MariaDB", "MARIADB_URL", recommends=False)
     files.home.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         shutil.chown(files.home, "mysql", "mysql")

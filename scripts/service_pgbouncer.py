@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
-from scripts.service_common import RUN, ServiceError, apt_install, port_open, run, say
+from scripts.service_common import RUN, ServiceError, installed, port_open, run, say
 from scripts.service_postgres import DEFAULT_DATABASE_URL, PG_DB, PG_PASSWORD, PG_USER
 
 PGBOUNCER_PORT = int(os.environ.get("OUTBOX_PGBOUNCER_PORT", "56433"))
@@ -42,23 +42,6 @@ def pgbouncer_url(port: int = PGBOUNCER_PORT, server_url: str = DEFAULT_DATABASE
 
 
 DEFAULT_PGBOUNCER_URL = pgbouncer_url()
-
-
-def pgbouncer_bin() -> str | None:
-    return shutil.which("pgbouncer") or (
-        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
-    )
-
-
-def pgbouncer_install() -> str:
-    found = pgbouncer_bin()
-    if found:
-        return found
-    apt_install("pgbouncer", "PgBouncer", "PGBOUNCER_URL")
-    found = pgbouncer_bin()
-    if not found:
-        raise ServiceError("apt-get installed pgbouncer but no pgbouncer was found")
-    return found
 
 
 def pgbouncer_config(
@@ -105,7 +88,7 @@ def pgbouncer_start(
 ) -> str:
     """Start a daemonized pgbouncer on 127.0.0.1:port in front of server_url's Postgres,
     its files in `data`; wait until it takes connections. Returns its URL."""
-    binary = pgbouncer_install()
+    binary = installed("pgbouncer", "pgbouncer", "PgBouncer", "PGBOUNCER_URL")
     data.mkdir(parents=True, exist_ok=True)
     ini = data / "pgbouncer.ini"
     ini.write_text(pgbouncer_config(port, data, server_url, extra))

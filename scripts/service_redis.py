@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from scripts.service_common import RUN, ServiceError, apt_install, port_open, run, say
+from scripts.service_common import RUN, ServiceError, installed, port_open, run, say
 
 REDIS_PORT = int(os.environ.get("OUTBOX_REDIS_PORT", "56379"))
 DEFAULT_REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
@@ -22,24 +22,9 @@ REDIS_DATA = RUN / "redis"
 REDIS_READY_TIMEOUT_S = 10.0
 
 
-def redis_bin() -> str | None:
-    return shutil.which("redis-server")
-
-
-def redis_install() -> str:
-    found = redis_bin()
-    if found:
-        return found
-    apt_install("redis-server", "Redis", "REDIS_URL")
-    found = redis_bin()
-    if not found:
-        raise ServiceError("apt-get installed redis-server but no redis-server was found")
-    return found
-
-
 def redis_start(port: int, data: Path) -> None:
     """Start a daemonized redis-server on 127.0.0.1:port with AOF in `data`; wait for it."""
-    binary = redis_install()
+    binary = installed("redis-server", "redis-server", "Redis", "REDIS_URL")
     data.mkdir(parents=True, exist_ok=True)
     run(
         [
