@@ -22,7 +22,7 @@ from consumer_lib.dead_letters import DeadLetterRow
 from consumer_lib.errors import is_transient
 from consumer_lib.work import Handler, Job, Work, run_async, run_sync
 from outbox_core.codec import codec_for
-from outbox_core.database_url import Dialect
+from outbox_core.database_url import Dialect, supported
 from outbox_core.driver_errors import classify
 from outbox_core.executors import (
     AsyncPsycopgExecutor,
@@ -47,6 +47,9 @@ __all__ = [
     "Work",
     "is_transient",
 ]
+
+# The databases consumer_lib records processed events in (MariaDB: not yet).
+CONSUMER_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
 
 
 class Database(Protocol):
@@ -143,7 +146,9 @@ class SqlAlchemyAsync(_Adapter):
         from sqlalchemy.ext.asyncio import async_sessionmaker
 
         self.engine = engine
-        self.dialect = sqlalchemy_dialect(engine.sync_engine)
+        self.dialect = supported(
+            sqlalchemy_dialect(engine.sync_engine), "consumer_lib", CONSUMER_DIALECTS
+        )
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     def secrets(self) -> list[str]:
@@ -176,7 +181,7 @@ class SqlAlchemySync(_Adapter):
         from sqlalchemy.orm import sessionmaker
 
         self.engine = engine
-        self.dialect = sqlalchemy_dialect(engine)
+        self.dialect = supported(sqlalchemy_dialect(engine), "consumer_lib", CONSUMER_DIALECTS)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     def secrets(self) -> list[str]:

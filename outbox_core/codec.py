@@ -6,6 +6,13 @@ from text, so there lists are JSON (read with json_each), times ISO-8601 UTC tex
 milliseconds and a Z, and seconds decimal text. Every caller encodes through one of these
 instead of branching on the dialect.
 
+MariaDB (PyMySQL, aiomysql) has no arrays either: lists are JSON, read with JSON_TABLE;
+its DATETIME(6) columns hold UTC without a zone (sessions run at time_zone '+00:00'), so
+times travel as naive UTC datetimes, which PyMySQL renders with their microseconds (an
+aware one would be rendered in its own zone, the offset dropped); UUIDs are CHAR(36) text;
+seconds are decimal text, exact to the microsecond in INTERVAL arithmetic. Booleans are
+TINYINT(1): PyMySQL sends True as 1 and reads back 1, so callers compare with bool().
+
 Below the dialect, each Postgres driver binds those values its own way, and the executor
 of a connection hands them over through `for_driver` as it binds a statement: psycopg 3
 and asyncpg take UUIDs, lists, datetimes and floats natively (asyncpg by the type the
@@ -25,7 +32,7 @@ from typing import Any, Literal, Protocol
 from outbox_core.database_url import Dialect
 
 # The DBAPI under a connection: how statements are bound, and its exceptions.
-Driver = Literal["psycopg", "psycopg2", "asyncpg", "sqlite3"]
+Driver = Literal["psycopg", "psycopg2", "asyncpg", "sqlite3", "pymysql", "aiomysql"]
 
 
 class Codec(Protocol):
@@ -90,7 +97,32 @@ class SqliteCodec:
         return str(value)
 
 
-_CODECS: dict[Dialect, Codec] = {"postgres": PostgresCodec(), "sqlite": SqliteCodec()}
+class MariadbCodec:
+    dialect: Dialect = "mariadb"
+
+    def array(self, values: Sequence[Any] | None) -> Any:
+        return None if values is None else json.dumps(list(values), default=str)
+
+    def ids(self, values: Sequence[int]) -> Any:
+        return "[" + ",".join(map(str, values)) + "]"
+
+    def time(self, value: dt.datetime | None) -> Any:
+        if value is None:
+            return None
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+    def seconds(self, value: float) -> Any:
+        return f"{value:.6f}"
+
+    def uuid(self, value: uuid.UUID) -> Any:
+        return str(value)
+
+
+_CODECS: dict[Dialect, Codec] = {
+    "postgres": PostgresCodec(),
+    "sqlite": SqliteCodec(),
+    "mariadb": MariadbCodec(),
+}
 
 
 def codec_for(dialect: Dialect) -> Codec:
@@ -105,8 +137,13 @@ def _uuid_as_text(value: Any) -> Any:
     return value
 
 
+# Drivers with no adapter for uuid.UUID: psycopg2 (unless registered globally) and PyMySQL
+# (aiomysql is PyMySQL's converters), which would render a UUID as a broken literal.
+_UUIDS_AS_TEXT: frozenset[Driver] = frozenset({"psycopg2", "pymysql", "aiomysql"})
+
+
 def for_driver(driver: Driver, params: Mapping[str, Any]) -> Mapping[str, Any]:
     """A statement's parameters (encoded by the dialect's codec) as the driver binds them."""
-    if driver == "psycopg2":
+    if driver in _UUIDS_AS_TEXT:
         return {name: _uuid_as_text(value) for name, value in params.items()}
     return params

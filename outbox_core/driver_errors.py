@@ -1,8 +1,9 @@
 """The one place driver exceptions become ours: classify(exc) -> DatabaseError.
 
 Covers psycopg 3 (its pool's PoolTimeout is an OperationalError), psycopg2, asyncpg,
-sqlite3, and the wrappers of SQLAlchemy and Django around any of them. Whether an error is
-retriable is decided here once, from one SQLSTATE table, for every driver and library.
+sqlite3, PyMySQL (and aiomysql, which raises PyMySQL's exceptions), and the wrappers of SQLAlchemy and Django around any of them. Whether an error is
+retriable is decided here once, from one SQLSTATE table (MariaDB's drivers give the
+server's error number instead, and have a table of their own), for every driver and library.
 A driver's module is only looked at when it has been imported: an exception cannot come
 from a driver nobody loaded, and a service need not install drivers it does not use.
 """
@@ -29,7 +30,16 @@ _UNIQUE_VIOLATION = "23505"
 _UNDEFINED_TABLE = "42P01"
 _SQLITE_UNIQUE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
 _MISSING_SCHEMA = "outbox tables are missing, run `outbox-relay migrate`"
-_DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3")
+_DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3", "pymysql")
+# MariaDB/MySQL error numbers. Worth a retry: lock wait timeout, deadlock (InnoDB rolled
+# the transaction back); cannot connect (socket, TCP), server gone away, connection lost
+# during a query.
+MARIADB_RETRIABLE = frozenset({1205, 1213, 2002, 2003, 2006, 2013})
+_MARIADB_DUPLICATE_KEY = 1062
+_MARIADB_NO_SUCH_TABLE = 1146
+# "Duplicate entry '<value>' for key '<name>'" (MySQL 8: '<table>.<name>'). The value is
+# the caller's data and may itself hold "for key '...'": the name is the last quoted part.
+_MARIADB_KEY_NAME = re.compile(r"for key '([^']*)'\s*$")
 # PgBouncer's refusals of a startup parameter ("unsupported startup parameter: options";
 # 1.20+: "... in options: statement_timeout", "unsupported options startup parameter: ...").
 # libpq reports a failed connection without the SQLSTATE the pooler sent, so its text is
@@ -81,6 +91,41 @@ def _postgres_state(orig: BaseException) -> tuple[str | None, bool] | None:
     return None
 
 
+def _mariadb_errno(orig: BaseException) -> tuple[int | None, bool] | None:
+    """(error number, lost-connection-without-number) for PyMySQL's errors, else None.
+    PyMySQL raises with args (number, message); a closed connection's InterfaceError may
+    carry no number at all."""
+    pymysql: Any = sys.modules.get("pymysql")
+    if pymysql is None or not isinstance(orig, pymysql.err.MySQLError):
+        return None
+    first = orig.args[0] if orig.args else None
+    number = first if type(first) is int else None
+    return number, isinstance(orig, pymysql.err.InterfaceError)
+
+
+def _mariadb_key_name(orig: BaseException) -> str | None:
+    """The duplicate key's name from MariaDB's message: the server sends it nowhere else."""
+    message = orig.args[1] if len(orig.args) > 1 else None
+    if not isinstance(message, str):
+        return None
+    found = _MARIADB_KEY_NAME.search(message)
+    if found is None:
+        return None
+    return found.group(1).rpartition(".")[2] or None
+
+
+def _classify_mariadb(
+    orig: BaseException, number: int | None, lost: bool, sa_retriable: bool
+) -> OutboxError:
+    message = _describe(orig)
+    if number == _MARIADB_DUPLICATE_KEY:
+        return UniqueViolation(message, constraint=_mariadb_key_name(orig), errno=number)
+    if number == _MARIADB_NO_SUCH_TABLE:
+        return MigrationError(f"{_MISSING_SCHEMA}: {message}")
+    retriable = sa_retriable or number in MARIADB_RETRIABLE or (number in (None, 0) and lost)
+    return DatabaseError(message, retriable=retriable, errno=number)
+
+
 def _constraint_name(orig: BaseException) -> str | None:
     """The violated constraint's name, as each Postgres driver reports it."""
     diag = getattr(orig, "diag", None)  # psycopg 3 and psycopg2
@@ -128,6 +173,9 @@ def classify(exc: BaseException) -> OutboxError:
             isinstance(orig, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
         )
         return DatabaseError(message, retriable=retriable)
+    mariadb = _mariadb_errno(orig)
+    if mariadb is not None:
+        return _classify_mariadb(orig, *mariadb, sa_retriable)
     if isinstance(orig, OSError):
         # The socket's own error (asyncpg raises a refused, reset or unresolvable
         # connect as it is): the server or the network away, not the statement.

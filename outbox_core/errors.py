@@ -22,10 +22,18 @@ class ConfigurationError(OutboxError, ValueError):
 class DatabaseError(OutboxError):
     """The database driver failed; the driver's exception is the __cause__."""
 
-    def __init__(self, message: str, *, retriable: bool, sqlstate: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retriable: bool,
+        sqlstate: str | None = None,
+        errno: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.retriable = retriable
         self.sqlstate = sqlstate
+        self.errno = errno  # MariaDB's error number (its drivers do not pass the SQLSTATE on)
 
 
 class StartupParameterRefused(DatabaseError):
@@ -46,12 +54,18 @@ class SessionSettingsDropped(StartupParameterRefused):
 class UniqueViolation(DatabaseError):
     """A row with the same unique key exists. `constraint` says which key, as the database
     names it: Postgres's constraint name (`outbox_events_event_id_key`), SQLite's
-    `table.column` list (`outbox_events.event_id`); None when the driver gave no name."""
+    `table.column` list (`outbox_events.event_id`), MariaDB's key name (the same as
+    Postgres's; `PRIMARY` for a primary key); None when the driver gave no name."""
 
     def __init__(
-        self, message: str, *, constraint: str | None, sqlstate: str | None = None
+        self,
+        message: str,
+        *,
+        constraint: str | None,
+        sqlstate: str | None = None,
+        errno: int | None = None,
     ) -> None:
-        super().__init__(message, retriable=False, sqlstate=sqlstate)
+        super().__init__(message, retriable=False, sqlstate=sqlstate, errno=errno)
         self.constraint = constraint
 
 

@@ -8,8 +8,9 @@ executor as an OutboxError (driver_errors.classify): this is the only place they
 
 `bind` is where a statement meets its driver: the block's placeholders in the driver's
 style (asyncpg: `$n` and a tuple) and the values as the driver adapts them
-(codec.for_driver). Supported underneath: psycopg 3, psycopg2, asyncpg and sqlite3, raw or
-through SQLAlchemy; and Django's Postgres connection (either psycopg).
+(codec.for_driver). Supported underneath: psycopg 3, psycopg2, asyncpg, sqlite3, PyMySQL
+and aiomysql (MariaDB), raw or through SQLAlchemy; and Django's Postgres connection (either
+psycopg).
 """
 
 from __future__ import annotations
@@ -241,6 +242,54 @@ class AsyncpgExecutor:
             return [tuple(r) for r in await self.conn.fetch(sql, *args)]
 
 
+class PyMysqlExecutor:
+    """On a PyMySQL connection (MariaDB). Rows are tuples whatever cursor class the
+    connection was given (a DictCursor's dicts would lose their order)."""
+
+    dialect: Dialect = "mariadb"
+    driver: Driver = "pymysql"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def run(self, statement: Statement) -> Rows:
+        from pymysql.cursors import Cursor
+
+        sql, params = bind(self.driver, self.dialect, statement)
+        with translated(), self.conn.cursor(Cursor) as cur:
+            if statement.many:
+                cur.executemany(sql, params)
+                return []
+            cur.execute(sql, params)
+            if not cur.description:
+                return []
+            return _result(statement, list(cur.fetchall()), cur.description)
+
+
+class AiomysqlExecutor:
+    """On an aiomysql connection (MariaDB), with tuple rows as PyMysqlExecutor."""
+
+    dialect: Dialect = "mariadb"
+    driver: Driver = "aiomysql"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def run(self, statement: Statement) -> Rows:
+        from aiomysql import Cursor
+
+        sql, params = bind(self.driver, self.dialect, statement)
+        with translated():
+            async with self.conn.cursor(Cursor) as cur:
+                if statement.many:
+                    await cur.executemany(sql, params)
+                    return []
+                await cur.execute(sql, params)
+                if not cur.description:
+                    return []
+                return _result(statement, list(await cur.fetchall()), cur.description)
+
+
 def django_driver(wrapper: Any) -> Driver:
     """The psycopg under a Django database connection (`django.db.connections[alias]`)."""
     if getattr(wrapper, "vendor", None) != "postgresql":
@@ -282,6 +331,12 @@ _SQLALCHEMY_DRIVERS: dict[tuple[str, str], tuple[Dialect, Driver]] = {
     ("postgresql", "asyncpg"): ("postgres", "asyncpg"),
     ("sqlite", "pysqlite"): ("sqlite", "sqlite3"),
     ("sqlite", "aiosqlite"): ("sqlite", "sqlite3"),
+    # SQLAlchemy names the dialect after the URL's scheme (mysql+ or mariadb+), whichever
+    # server answers.
+    ("mysql", "pymysql"): ("mariadb", "pymysql"),
+    ("mariadb", "pymysql"): ("mariadb", "pymysql"),
+    ("mysql", "aiomysql"): ("mariadb", "aiomysql"),
+    ("mariadb", "aiomysql"): ("mariadb", "aiomysql"),
 }
 
 
@@ -293,7 +348,7 @@ def sqlalchemy_driver(sync_conn_or_engine: Any) -> tuple[Dialect, Driver]:
     except KeyError:
         raise UnsupportedConnection(
             f"SQLAlchemy dialect {name}+{driver} is not supported: use postgresql+psycopg, "
-            "postgresql+psycopg2, postgresql+asyncpg or sqlite"
+            "postgresql+psycopg2, postgresql+asyncpg, sqlite, mysql+pymysql or mysql+aiomysql"
         ) from None
 
 

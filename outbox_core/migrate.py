@@ -1,7 +1,10 @@
 """Applying migrations/<dialect>/NNNN_name.sql once each, recorded, safe under concurrency.
 
 Postgres serialises migrators with a session advisory lock and applies each migration in
-its own transaction; SQLite does all of it inside one BEGIN IMMEDIATE. A database that
+its own transaction; SQLite does all of it inside one BEGIN IMMEDIATE. MariaDB serialises
+them with GET_LOCK (a session's) and runs a migration statement by statement, since each
+DDL statement commits by itself: its migrations are written to be run again after a run
+that stopped half-way, and a migration is recorded once all of its statements ran. A database that
 records a migration this code does not have, or one whose file changed since it was
 applied, is refused: running old code against a newer schema is how rows get lost.
 
@@ -22,10 +25,17 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from outbox_core.database_url import SQLITE_BUSY_TIMEOUT_S, DatabaseUrl, Dialect
+from outbox_core.database_url import (
+    SQLITE_BUSY_TIMEOUT_S,
+    DatabaseUrl,
+    Dialect,
+    MariadbTarget,
+    unsupported,
+)
 from outbox_core.errors import ConfigurationError, DatabaseError, MigrationError, UnknownMigration
 from outbox_core.executors import (
     PsycopgExecutor,
+    PyMysqlExecutor,
     Rows,
     SqliteExecutor,
     Statement,
@@ -42,6 +52,15 @@ DEFAULT_SHARD_COUNT = 16  # what 0001_initial.sql records
 _ALREADY_THERE = frozenset({"42P07", "42701", "42710"})  # duplicate table, column, object
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# How long a MariaDB migrator waits for another's run to end (GET_LOCK's timeout).
+MARIADB_LOCK_WAIT_S = 600
+# A MariaDB script's pieces: quoted text (any quote, doubled or backslash-escaped quotes
+# inside), comments, and the semicolons that end statements.
+_MARIADB_TOKEN = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|`(?:[^`]|``)*`"
+    r"|--[^\n]*|#[^\n]*|/\*.*?\*/|;",
+    re.DOTALL,
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,21 @@ def sqlite_statements(script: str) -> list[str]:
     return statements
 
 
+def mariadb_statements(script: str) -> list[str]:
+    """Split a MariaDB script into statements at the semicolons outside quotes and comments
+    (the server runs one statement per call unless multi-statements are switched on)."""
+    pieces: list[str] = []
+    start = 0
+    for token in _MARIADB_TOKEN.finditer(script):
+        if token.group() == ";":
+            pieces.append(script[start : token.start()])
+            start = token.end()
+    tail = script[start:]
+    if _MARIADB_TOKEN.sub("", tail).strip():
+        raise MigrationError(f"unterminated SQL statement: {tail.strip()[:80]!r}")
+    return [p.strip() for p in pieces if _MARIADB_TOKEN.sub("", p).strip()]
+
+
 def _check_known(recorded: Rows, known: list[Migration]) -> set[int]:
     by_version = {m.version: m for m in known}
     done: set[int] = set()
@@ -144,7 +178,11 @@ def migrate(database_url: str, *, shard_count: int | None = None) -> MigrationRe
     with translated():
         if db.dialect == "postgres":
             return _migrate_postgres(db, shard_count)
-        return _migrate_sqlite(db, shard_count)
+        if db.dialect == "sqlite":
+            return _migrate_sqlite(db, shard_count)
+        if db.dialect == "mariadb":
+            return _migrate_mariadb(db, shard_count)
+        raise unsupported(db.dialect, "the migrator")
 
 
 def _migrate_postgres(db: DatabaseUrl, shard_count: int | None) -> MigrationReport:
@@ -261,6 +299,46 @@ def _migrate_sqlite(db: DatabaseUrl, shard_count: int | None) -> MigrationReport
             if conn.in_transaction:
                 lite.run(Statement("database_rollback"))
             raise
+    finally:
+        conn.close()
+    return MigrationReport(applied, len(known), count)
+
+
+def _migrate_mariadb(db: DatabaseUrl, shard_count: int | None) -> MigrationReport:
+    if MariadbTarget.parse(db.url).database is None:
+        raise ConfigurationError(
+            "a MariaDB URL for migrations must name its database: mysql://user:password@host/db"
+        )
+    known = available("mariadb")
+    lock = {"lock_ns": DEFAULT_LOCK_NAMESPACE, "timeout_s": MARIADB_LOCK_WAIT_S}
+    conn = db.connect(autocommit=True)
+    try:
+        my = PyMysqlExecutor(conn)
+        if my.run(Statement("migration_lock", lock))[0][0] != 1:
+            raise MigrationError(
+                f"another migrator held this database's migration lock for "
+                f"{MARIADB_LOCK_WAIT_S} s: is a migration still running?"
+            )
+        try:
+            my.run(Statement("migration_table_create"))
+            done = _check_known(my.run(Statement("migration_list")), known)
+            applied: list[int] = []
+            for mig in known:
+                if mig.version in done:
+                    continue
+                for statement in mariadb_statements(mig.sql):
+                    # No parameters: PyMySQL sends the text as it is (a % stays a %).
+                    with translated(), conn.cursor() as cur:
+                        cur.execute(statement)
+                my.run(Statement("migration_record", _record(mig)))
+                applied.append(mig.version)
+            conn.begin()
+            count = _apply_shard_count(my, shard_count)
+            conn.commit()
+        finally:
+            if conn.open:
+                conn.rollback()  # a failed shard_count change, else nothing
+                my.run(Statement("migration_unlock", lock))
     finally:
         conn.close()
     return MigrationReport(applied, len(known), count)

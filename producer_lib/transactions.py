@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
+from outbox_core.database_url import Dialect, supported
 from outbox_core.errors import NoTransaction, UnsupportedConnection
 from outbox_core.executors import (
     AsyncExecutor,
@@ -35,6 +36,9 @@ from outbox_core.executors import (
     SqliteExecutor,
     SyncExecutor,
 )
+
+# The databases emit writes to (MariaDB: the outbox's schema and migrations, not yet emit).
+EMIT_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
 
 
 def _module(name: str) -> Any:
@@ -143,6 +147,7 @@ def sync_executor(target: object) -> SyncExecutor:
         target = target.connection()
     if isinstance(target, Connection):
         executor = SqlAlchemyExecutor(target)  # refuses an unsupported dialect first
+        supported(executor.dialect, "producer_lib", EMIT_DIALECTS)
         _require_sqlalchemy_transaction(target)
         return executor
     wrapper = _django_wrapper(target)
@@ -174,6 +179,7 @@ async def async_executor(target: object) -> AsyncExecutor:
         target = await target.connection()
     if isinstance(target, AsyncConnection):
         executor = AsyncSqlAlchemyExecutor(target)
+        supported(executor.dialect, "producer_lib", EMIT_DIALECTS)
         _require_sqlalchemy_transaction(target.sync_connection)
         return executor
     raise UnsupportedConnection(

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from outbox_core.database_url import DatabaseUrl
+from outbox_core.database_url import DatabaseUrl, Dialect, supported, unsupported
 from outbox_core.errors import ConfigurationError
 from outbox_core.pg_pool import PostgresPool
 from outbox_core.pg_session import Pooler, SessionSettings
@@ -74,6 +74,9 @@ CONTROL_SERVER_OPTIONS = PLANNER_OPTIONS
 STATEMENT_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_S = 5.0
 MAX_TIMEOUT_S = 3600.0
+
+# The databases the relay runs on (MariaDB: `outbox-relay migrate` only, so far).
+RELAY_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
 
 
 class DatabaseSettings(SettingsGroup):
@@ -151,7 +154,8 @@ class DatabaseSettings(SettingsGroup):
     @classmethod
     def _database_url(cls, value: SecretStr) -> SecretStr:
         try:
-            DatabaseUrl.parse(value.get_secret_value())
+            db = DatabaseUrl.parse(value.get_secret_value())
+            supported(db.dialect, "the relay", RELAY_DIALECTS)
         except ConfigurationError as exc:
             raise ValueError(str(exc)) from None
         return value
@@ -224,8 +228,10 @@ def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
                 session=settings.session(PLANNER_SETTINGS),
             ),
         )
-    return SqlStore(
-        SqliteThread(db.url),
-        file_lock=RelayFileLock(db.url, wait=settings.sqlite_wait_for_lock),
-        sqlite_path=db.url,
-    )
+    if db.dialect == "sqlite":
+        return SqlStore(
+            SqliteThread(db.url),
+            file_lock=RelayFileLock(db.url, wait=settings.sqlite_wait_for_lock),
+            sqlite_path=db.url,
+        )
+    raise unsupported(db.dialect, "the relay")

@@ -18,11 +18,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from outbox_core.codec import codec_for
-from outbox_core.database_url import DatabaseUrl
+from outbox_core.database_url import DatabaseUrl, supported
 from outbox_core.errors import StartupParameterRefused
 from outbox_core.executors import Plan, PsycopgExecutor, SqliteExecutor, run_plan, translated
 from outbox_core.pg_session import Pooler
-from relay.database import PLANNER_SETTINGS, DatabaseSettings
+from relay.database import PLANNER_SETTINGS, RELAY_DIALECTS, DatabaseSettings
 from relay.errors import PoolerRefused
 from relay.store import MAX_LIMIT, Changed, Lease, ParkedRow, ReplayFilter, RowFilter, plans
 from relay.store.plans import ParkedAction
@@ -58,6 +58,7 @@ class _Session:
 
     def __init__(self, database_url: str, pooler: Pooler = "none") -> None:
         db = DatabaseUrl.parse(database_url)
+        supported(db.dialect, "the relay's commands", RELAY_DIALECTS)
         # The relay's own planner settings: `status` runs the gauges' backlog query.
         session = DatabaseSettings(
             database_url=SecretStr(database_url), database_pooler=pooler
@@ -68,7 +69,7 @@ class _Session:
         except StartupParameterRefused as exc:
             raise PoolerRefused(exc) from exc
         self.executor = (
-            PsycopgExecutor(self.conn) if db.dialect == "postgres" else SqliteExecutor(self.conn)
+            SqliteExecutor(self.conn) if db.dialect == "sqlite" else PsycopgExecutor(self.conn)
         )
         self.codec = codec_for(db.dialect)
         if db.dialect == "postgres" and session.per_transaction:

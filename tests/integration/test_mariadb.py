@@ -1,0 +1,196 @@
+"""MariaDB: the migrator on a real server, and the dialect's executors and errors there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+import sqlalchemy
+
+from outbox_core.database_url import DatabaseUrl, MariadbTarget
+from outbox_core.errors import ConfigurationError, MigrationError, UniqueViolation
+from outbox_core.executors import PyMysqlExecutor, SqlAlchemyExecutor, Statement
+from outbox_core.migrate import available, mariadb_statements, migrate, schema_sql
+from outbox_core.queries import parse_blocks
+
+pytestmark = pytest.mark.integration
+
+_SQL = parse_blocks((Path(__file__).parent.parent / "support/sql/mariadb_inspect.sql").read_text())
+ALL = [(m.version, m.name) for m in available("mariadb")]
+
+
+def _server_url() -> str:
+    url = os.environ.get("MARIADB_URL")
+    if not url:
+        pytest.skip("MARIADB_URL is not set (no MariaDB server for this run)")
+    return url.rstrip("/") + "/"
+
+
+def _admin(sql: str) -> None:
+    conn = DatabaseUrl.parse(_server_url()).connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def mariadb_url() -> Iterator[str]:
+    """A URL of an empty database of this test's own, dropped afterwards."""
+    name = "outbox_" + uuid.uuid4().hex[:16]
+    _admin(_SQL["database_create"].format(database=name))
+    try:
+        yield _server_url() + name
+    finally:
+        _admin(_SQL["database_drop"].format(database=name))
+
+
+def fetch(url: str, name: str) -> list[tuple[Any, ...]]:
+    conn = DatabaseUrl.parse(url).connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(_SQL[name])
+            return [tuple(r) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    names = ["schema_tables", "schema_columns", "schema_indexes", "schema_constraints"]
+    return {n: fetch(url, n) for n in [*names, "schema_settings"]}
+
+
+def test_migrations_produce_schema_sql(mariadb_url: str) -> None:
+    migrate(mariadb_url)
+    twin = mariadb_url + "_twin"
+    _admin(_SQL["database_create"].format(database=twin.rsplit("/", 1)[1]))
+    try:
+        conn = DatabaseUrl.parse(twin).connect(autocommit=True)
+        try:
+            for statement in mariadb_statements(schema_sql("mariadb")):
+                with conn.cursor() as cur:
+                    cur.execute(statement)
+        finally:
+            conn.close()
+        declared = catalog(twin)
+        declared["schema_tables"].append(("outbox_schema_migrations", "InnoDB", None))
+    finally:
+        _admin(_SQL["database_drop"].format(database=twin.rsplit("/", 1)[1]))
+    migrated = catalog(mariadb_url)
+    # The migrator's own table is not part of the schema the migrations describe.
+    for key in ("schema_tables", "schema_columns", "schema_indexes"):
+        migrated[key] = [r for r in migrated[key] if r[0] != "outbox_schema_migrations"]
+    declared["schema_tables"].pop()
+    assert migrated == declared
+    assert len(migrated["schema_tables"]) == 8  # the comparison saw the tables
+
+
+def test_migrate_from_empty_then_again_applies_nothing(mariadb_url: str) -> None:
+    first = migrate(mariadb_url)
+    second = migrate(mariadb_url)
+    assert first.applied == [1, 2, 3, 4, 5]
+    assert second.applied == []
+    assert fetch(mariadb_url, "migrations_applied") == ALL
+    assert first.shard_count == second.shard_count == 16
+
+
+def test_shard_count_is_recorded(mariadb_url: str) -> None:
+    assert migrate(mariadb_url, shard_count=4).shard_count == 4
+    assert fetch(mariadb_url, "schema_settings") == [("shard_count", "4")]
+    assert migrate(mariadb_url).shard_count == 4
+
+
+def test_a_migration_stopped_half_way_runs_again(mariadb_url: str) -> None:
+    """DDL commits by itself: a run that stopped inside a migration left some of its
+    statements applied and none recorded; the next run applies it whole."""
+    conn = DatabaseUrl.parse(mariadb_url).connect(autocommit=True)
+    try:
+        for statement in mariadb_statements(available("mariadb")[0].sql)[:5]:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+    finally:
+        conn.close()
+    assert migrate(mariadb_url).applied == [1, 2, 3, 4, 5]
+    assert fetch(mariadb_url, "schema_settings") == [("shard_count", "16")]
+
+
+def test_the_cli_migrates_a_mysql_url(mariadb_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "relay.cli", "migrate", "--database-url", mariadb_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "applied: 0001, 0002, 0003, 0004, 0005" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://u:{secret}@127.0.0.1:notaport/db",
+        "mysql://u:{secret}@127.0.0.1:1/db;DROP DATABASE x",
+        "mysql://u:{secret}@127.0.0.1:1/db?init_command=DROP+TABLE+x",
+        "mysql://u:{secret}@127.0.0.1:1/db?charset=latin1",
+        "mysql://u:{secret}@127.0.0.1:1/db\nx",
+    ],
+)
+def test_a_hostile_url_is_refused_before_connecting(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def never(**_: Any) -> None:
+        raise AssertionError("connected")
+
+    monkeypatch.setattr(pymysql, "connect", never)
+    secret = "pw-" + uuid.uuid4().hex
+    with pytest.raises(ConfigurationError) as info:
+        migrate(url.format(secret=secret))
+    assert secret not in str(info.value)
+
+
+def test_migrate_needs_a_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pymysql, "connect", lambda **_: pytest.fail("connected"))
+    with pytest.raises(ConfigurationError, match="name its database"):
+        migrate("mysql://u:p@127.0.0.1:3306/")
+
+
+def test_duplicate_event_id_names_its_key_on_every_executor(mariadb_url: str) -> None:
+    """The server's 1062 becomes UniqueViolation with the key's name, through PyMySQL raw
+    and through SQLAlchemy; a missing table asks for the migrations."""
+    setting = Statement("setting_put_missing", {"name": "x", "value": "1"})
+    conn = MariadbTarget.parse(mariadb_url).connect(autocommit=True)
+    try:
+        with pytest.raises(MigrationError, match="outbox-relay migrate"):
+            PyMysqlExecutor(conn).run(Statement("setting_get", {"name": "shard_count"}))
+        migrate(mariadb_url)
+        raw = PyMysqlExecutor(conn)
+        raw.run(setting)
+        assert raw.run(Statement("setting_get", {"name": "x"})) == [("1",)]
+        with pytest.raises(UniqueViolation) as info, conn.cursor() as cur:
+            cur.execute(_SQL["schema_settings"])  # a live cursor beside the executor's
+            raw.run(Statement("migration_record", {"version": 1, "name": "n", "checksum": "c"}))
+        assert info.value.constraint == "PRIMARY"
+        assert info.value.errno == 1062
+    finally:
+        conn.close()
+    engine = sqlalchemy.create_engine(mariadb_url.replace("mysql://", "mysql+pymysql://", 1))
+    try:
+        with engine.begin() as sa_conn:
+            executor = SqlAlchemyExecutor(sa_conn)
+            assert executor.dialect == "mariadb"
+            assert executor.run(Statement("setting_get", {"name": "x"})) == [("1",)]
+            with pytest.raises(UniqueViolation) as sa_info:
+                executor.run(
+                    Statement("migration_record", {"version": 2, "name": "n", "checksum": "c"})
+                )
+        assert sa_info.value.constraint == "PRIMARY"
+    finally:
+        engine.dispose()
