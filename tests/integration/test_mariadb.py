@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,38 +17,12 @@ from outbox_core.errors import ConfigurationError, MigrationError, UniqueViolati
 from outbox_core.executors import PyMysqlExecutor, SqlAlchemyExecutor, Statement
 from outbox_core.migrate import available, mariadb_statements, migrate, schema_sql
 from outbox_core.queries import parse_blocks
+from tests.support.mariadb import MariaDatabases
 
 pytestmark = pytest.mark.integration
 
 _SQL = parse_blocks((Path(__file__).parent.parent / "support/sql/mariadb_inspect.sql").read_text())
 ALL = [(m.version, m.name) for m in available("mariadb")]
-
-
-def _server_url() -> str:
-    url = os.environ.get("MARIADB_URL")
-    if not url:
-        pytest.skip("MARIADB_URL is not set (no MariaDB server for this run)")
-    return url.rstrip("/") + "/"
-
-
-def _admin(sql: str) -> None:
-    conn = DatabaseUrl.parse(_server_url()).connect(autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
-
-
-@pytest.fixture
-def mariadb_url() -> Iterator[str]:
-    """A URL of an empty database of this test's own, dropped afterwards."""
-    name = "outbox_" + uuid.uuid4().hex[:16]
-    _admin(_SQL["database_create"].format(database=name))
-    try:
-        yield _server_url() + name
-    finally:
-        _admin(_SQL["database_drop"].format(database=name))
 
 
 def fetch(url: str, name: str) -> list[tuple[Any, ...]]:
@@ -68,27 +40,21 @@ def catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
     return {n: fetch(url, n) for n in [*names, "schema_settings"]}
 
 
-def test_migrations_produce_schema_sql(mariadb_url: str) -> None:
+def test_migrations_produce_schema_sql(mariadb_url: str, mariadb_databases: MariaDatabases) -> None:
     migrate(mariadb_url)
-    twin = mariadb_url + "_twin"
-    _admin(_SQL["database_create"].format(database=twin.rsplit("/", 1)[1]))
+    twin = mariadb_databases.empty()
+    conn = DatabaseUrl.parse(twin).connect(autocommit=True)
     try:
-        conn = DatabaseUrl.parse(twin).connect(autocommit=True)
-        try:
-            for statement in mariadb_statements(schema_sql("mariadb")):
-                with conn.cursor() as cur:
-                    cur.execute(statement)
-        finally:
-            conn.close()
-        declared = catalog(twin)
-        declared["schema_tables"].append(("outbox_schema_migrations", "InnoDB", None))
+        for statement in mariadb_statements(schema_sql("mariadb")):
+            with conn.cursor() as cur:
+                cur.execute(statement)
     finally:
-        _admin(_SQL["database_drop"].format(database=twin.rsplit("/", 1)[1]))
+        conn.close()
+    declared = catalog(twin)
     migrated = catalog(mariadb_url)
     # The migrator's own table is not part of the schema the migrations describe.
     for key in ("schema_tables", "schema_columns", "schema_indexes"):
         migrated[key] = [r for r in migrated[key] if r[0] != "outbox_schema_migrations"]
-    declared["schema_tables"].pop()
     assert migrated == declared
     assert len(migrated["schema_tables"]) == 8  # the comparison saw the tables
 
