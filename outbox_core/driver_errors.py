@@ -32,9 +32,9 @@ _SQLITE_UNIQUE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMA
 _MISSING_SCHEMA = "outbox tables are missing, run `outbox-relay migrate`"
 _DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3", "pymysql")
 # MariaDB/MySQL error numbers. Worth a retry: lock wait timeout, deadlock (InnoDB rolled
-# the transaction back); cannot connect (socket, TCP), server gone away, connection lost
-# during a query.
-MARIADB_RETRIABLE = frozenset({1205, 1213, 2002, 2003, 2006, 2013})
+# the transaction back), max_statement_time exceeded; cannot connect (socket, TCP), server
+# gone away, connection lost during a query.
+MARIADB_RETRIABLE = frozenset({1205, 1213, 1969, 2002, 2003, 2006, 2013})
 _MARIADB_DUPLICATE_KEY = 1062
 _MARIADB_NO_SUCH_TABLE = 1146
 # "Duplicate entry '<value>' for key '<name>'" (MySQL 8: '<table>.<name>'). The value is

@@ -265,10 +265,6 @@ _PARAMETER_STYLE: dict[Dialect, str] = {
     "sqlite": "named",
     "mariadb": "pyformat",
 }
-# The tables whose shared statements a dialect does not take yet, because it does not yet
-# write the fragments they are composed of: its own file for the table holds only what
-# is already needed of it (MariaDB: the migrator's count of unpublished rows).
-_SHARED_NOT_YET: dict[Dialect, frozenset[str]] = {"mariadb": frozenset({"outbox_events.sql"})}
 # A quoted string or a comment (left as they are but for %), a `:name` parameter (not the
 # second colon of a `::` cast), or a lone %.
 _SHARED_TOKEN = re.compile(rf"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):({_IDENT})|%")
@@ -299,8 +295,6 @@ def queries(dialect: Dialect) -> dict[str, str]:
     found: dict[str, str] = {}
     root = resources.files("outbox_core") / "sql"
     own, shared = _sql_files(root / dialect), _sql_files(root / SHARED)
-    for file in _SHARED_NOT_YET.get(dialect, frozenset()):
-        shared.pop(file, None)
     for file in sorted(own.keys() | shared.keys()):
         source = " + ".join(
             f"{d}/{file}" for d, f in ((dialect, own), (SHARED, shared)) if file in f

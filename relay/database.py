@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from outbox_core.database_url import DatabaseUrl, Dialect, supported, unsupported
 from outbox_core.errors import ConfigurationError
+from outbox_core.mariadb_pool import MariadbPool, session_init
 from outbox_core.pg_pool import PostgresPool
 from outbox_core.pg_session import Pooler, SessionSettings
 from outbox_core.settings import SettingsGroup
@@ -75,13 +76,14 @@ STATEMENT_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_S = 5.0
 MAX_TIMEOUT_S = 3600.0
 
-# The databases the relay runs on (MariaDB: `outbox-relay migrate` only, so far).
-RELAY_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
+# The databases the relay runs on.
+RELAY_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite", "mariadb")
 
 
 class DatabaseSettings(SettingsGroup):
     database_url: SecretStr = Field(
-        description="Outbox database: postgresql://user:pass@host/db or sqlite:///path.db",
+        description="Outbox database: postgresql://user:pass@host/db, "
+        "mysql://user:pass@host:port/db (MariaDB) or sqlite:///path.db",
     )
     database_url_file: str | None = Field(
         default=None,
@@ -104,15 +106,17 @@ class DatabaseSettings(SettingsGroup):
         ge=0.001,
         le=MAX_TIMEOUT_S,
         allow_inf_nan=False,
-        description="Postgres: statement_timeout of the relay's connections; a statement "
-        "running longer fails and is retried (migrate runs without it).",
+        description="Postgres: statement_timeout of the relay's connections (MariaDB: "
+        "max_statement_time); a statement running longer fails and is retried (migrate "
+        "runs without it).",
     )
     database_lock_timeout_s: float = Field(
         default=LOCK_TIMEOUT_S,
         ge=0.001,
         le=MAX_TIMEOUT_S,
         allow_inf_nan=False,
-        description="Postgres: lock_timeout of the relay's connections; a statement waiting "
+        description="Postgres: lock_timeout of the relay's connections (MariaDB: "
+        "innodb_lock_wait_timeout, rounded up to whole seconds); a statement waiting "
         "longer for a lock someone else holds fails and is retried. At most "
         "database_statement_timeout_s.",
     )
@@ -226,6 +230,27 @@ def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
                 checkout_timeout_s=CONTROL_CHECKOUT_S,
                 open_wait_s=OPEN_WAIT_S,
                 session=settings.session(PLANNER_SETTINGS),
+            ),
+        )
+    if db.dialect == "mariadb":
+        # The same pools as on Postgres; the timeouts as the server's own: a lock wait
+        # ends with a retriable error after database_lock_timeout_s, a statement after
+        # database_statement_timeout_s (max_statement_time).
+        init = session_init(settings.database_lock_timeout_s, settings.database_statement_timeout_s)
+        return SqlStore(
+            MariadbPool(
+                db.url,
+                max_size=WORK_CONNECTIONS * lanes,
+                checkout_timeout_s=WORK_CHECKOUT_S,
+                open_wait_s=OPEN_WAIT_S,
+                init_command=init,
+            ),
+            MariadbPool(
+                db.url,
+                max_size=CONTROL_CONNECTIONS,
+                checkout_timeout_s=CONTROL_CHECKOUT_S,
+                open_wait_s=OPEN_WAIT_S,
+                init_command=init,
             ),
         )
     if db.dialect == "sqlite":

@@ -100,7 +100,7 @@ def status(database_url: str, *, pooler: Pooler = "none") -> Status:
     with _Session(database_url, pooler) as s:
         shard_count: int = s.run(plans.shard_count())
         # No floors here: `status` walks each shard from the bottom, as claims once did.
-        backlog = s.run(plans.backlog(shard_count, {}))
+        backlog = s.run(plans.backlog(s.codec, shard_count, {}))
         leases = s.run(plans.lease_list())
         replicas = s.run(plans.replica_list_live())
     return Status(

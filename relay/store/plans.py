@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from outbox_core.codec import Codec
+from outbox_core.database_url import Dialect
 from outbox_core.executors import Plan, Statement
 from relay.store.protocol import Backlog, Changed, Lease, ParkedRow, ReplayFilter, RowFilter
 
@@ -34,13 +35,13 @@ def shard_count() -> Plan:
     return int(rows[0][0]) if rows else 0
 
 
-def backlog(shard_count: int, floors: Mapping[int, int]) -> Plan:
+def backlog(codec: Codec, shard_count: int, floors: Mapping[int, int]) -> Plan:
     """Backlog counts; floors: each shard's claim floor (a shard not named: from 0)."""
     shards = list(range(shard_count))
     params = {
         "shard_count": shard_count,  # SQLite
-        "shards": shards,
-        "floors": [floors.get(shard, 0) for shard in shards],
+        "shards": codec.array(shards),
+        "floors": codec.array([floors.get(shard, 0) for shard in shards]),
     }
     rows = yield Statement("outbox_backlog", params)
     return Backlog.from_row(rows[0])
@@ -92,10 +93,29 @@ def replay(codec: Codec, ids: Sequence[int]) -> Plan:
     return (yield from _by_ids("outbox_replay", codec, ids))
 
 
+# Dialects without UPDATE ... RETURNING (MariaDB): an action picks and locks the rows it
+# will change first (`<action>_pick`, SELECT ... FOR UPDATE), then runs its steps over
+# exactly those ids, in the one transaction the plan runs in.
+_PICKED_FIRST: frozenset[Dialect] = frozenset({"mariadb"})
+_STEPS: dict[str, tuple[str, ...]] = {
+    "outbox_replay": (
+        "outbox_replay_unmark",
+        "outbox_replay_restore",
+        "outbox_replay_restored_drop",
+    )
+}
+
+
 def _by_ids(query: str, codec: Codec, ids: Sequence[int]) -> Plan:
     """One statement over exactly these ids, returning those it changed; an empty list
     runs nothing."""
     done: list[int] = []
-    if ids:
+    if ids and codec.dialect in _PICKED_FIRST:
+        done = sorted(
+            int(r[0]) for r in (yield Statement(f"{query}_pick", {"ids": codec.array(ids)}))
+        )
+        for step in _STEPS.get(query, (query,)) if done else ():
+            yield Statement(step, {"ids": codec.array(done)})
+    elif ids:
         done = sorted(int(r[0]) for r in (yield Statement(query, {"ids": codec.array(ids)})))
     return Changed(done, sorted(set(ids) - set(done)))

@@ -2,9 +2,12 @@
 (built from the settings by relay/database.py).
 
 What differs per dialect is only how connections are held (a Postgres pool in autocommit,
-or one SQLite connection on its own thread: outbox_core.pg_pool / sqlite_thread), how
-parameters are encoded (outbox_core.codec) and the settle, which Postgres does in one
-fenced statement and SQLite in steps under its write lock (SETTLE_FORMS).
+one SQLite connection on its own thread, or a MariaDB pool: outbox_core.pg_pool /
+sqlite_thread / mariadb_pool), how parameters are encoded (outbox_core.codec), and the
+forms of the claim, the settle and the lease writes: Postgres writes each as one
+statement; SQLite claims shard by shard and settles in steps under its write lock;
+MariaDB, without LATERAL or UPDATE ... RETURNING, claims shard by shard and settles and
+writes leases in steps inside one transaction (CLAIM_FORMS, SETTLE_FORMS, WRITE_FORMS).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from outbox_core.codec import codec_for
-from outbox_core.database_url import Dialect
+from outbox_core.database_url import DIALECT_NAMES, Dialect
 from outbox_core.errors import DatabaseError, MigrationError, OutboxError, StartupParameterRefused
 from outbox_core.executors import AsyncPool, NamedRows, Plan, Rows, Statement
 from outbox_core.supervisor import pieces
@@ -53,12 +56,19 @@ def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep
     return Settled(int(published), int(failed), frozenset(fence["shards"]) - set(held))
 
 
-def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
+def _held_shards(fence: dict[str, Any]) -> Plan:
+    """The fence of a settle in steps: the shards whose lease row still carries our token
+    (lease_check, which on MariaDB also locks the row until the settle commits)."""
     held = []
     for shard, token in zip(fence["shards"], fence["tokens"], strict=True):
         check = {"shard": shard, "owner": fence["owner"], "token": token}
         if (yield Statement("lease_check", check))[0][0]:
             held.append(shard)
+    return held
+
+
+def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
+    held = yield from _held_shards(fence)
     lost = frozenset(fence["shards"]) - set(held)
     if not held:
         return Settled(0, 0, lost)
@@ -73,18 +83,60 @@ def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) 
     return Settled(len(published), len(failed), lost)
 
 
+def _settle_in_a_transaction(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
+    """MariaDB: the steps of one transaction (SqlStore runs a plan that writes so), fenced
+    by the lease rows lease_check locks in share mode. Kept rows move into
+    outbox_published, copied then deleted; those larger than move_max_bytes are marked
+    where they are."""
+    held = yield from _held_shards(fence)
+    lost = frozenset(fence["shards"]) - set(held)
+    if not held:
+        return Settled(0, 0, lost)
+    acked = {"shards": codec_for("mariadb").array(held), "published_ids": params["published_ids"]}
+    if keep:
+        moving = {**acked, "move_max_bytes": params["move_max_bytes"]}
+        yield Statement("outbox_published_copy", moving)
+        published = len((yield Statement("outbox_delete_moved", moving)))
+        yield Statement("outbox_mark_published", moving)
+        published += yield from _rows_changed()
+    else:
+        published = len((yield Statement("outbox_delete_published", acked)))
+    failures = {k: params[k] for k in ("failed_ids", "errors", "delays_s", "parks")}
+    yield Statement("outbox_record_failures", {"shards": acked["shards"], **failures})
+    failed = yield from _rows_changed()
+    return Settled(published, failed, lost)
+
+
+def _rows_changed() -> Plan:
+    return int((yield Statement("database_rows_changed"))[0][0])
+
+
 SettleForm = Callable[[dict[str, Any], dict[str, Any], bool], Plan]
 SETTLE_FORMS: dict[Dialect, SettleForm] = {
     "postgres": _settle_in_one_statement,
     "sqlite": _settle_in_steps,
+    "mariadb": _settle_in_a_transaction,
 }
 
 
-_NAMES: dict[Dialect, str] = {"postgres": "Postgres", "sqlite": "SQLite"}
+def _single_write(name: str, params: dict[str, Any]) -> Plan:
+    return (yield Statement(name, params))
 
 
-def _single(statement: Statement) -> Plan:
-    return (yield statement)
+def _write_then_read(name: str, params: dict[str, Any]) -> Plan:
+    """No UPDATE ... RETURNING: the write, then `<name>_result` reads what it wrote, in the
+    same transaction (its locks held)."""
+    yield Statement(name, params)
+    return (yield Statement(f"{name}_result", params))
+
+
+# A lease write that returns rows (lease_acquire, lease_renew).
+WriteForm = Callable[[str, dict[str, Any]], Plan]
+WRITE_FORMS: dict[Dialect, WriteForm] = {
+    "postgres": _single_write,
+    "sqlite": _single_write,
+    "mariadb": _write_then_read,
+}
 
 
 def _claim_in_one_statement(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
@@ -119,6 +171,7 @@ ClaimForm = Callable[[str, list[int], dict[str, Any]], Plan]
 CLAIM_FORMS: dict[Dialect, ClaimForm] = {
     "postgres": _claim_in_one_statement,
     "sqlite": _claim_per_shard,
+    "mariadb": _claim_per_shard,
 }
 
 
@@ -165,6 +218,7 @@ class SqlStore:
         self._codec = codec_for(self.dialect)
         self._settle = SETTLE_FORMS[self.dialect]
         self._claim = CLAIM_FORMS[self.dialect]
+        self._write = WRITE_FORMS[self.dialect]
         self._lock = file_lock
         self._sqlite_path = sqlite_path
         self._floors: Mapping[int, int] = {}
@@ -205,7 +259,7 @@ class SqlStore:
         except StartupParameterRefused as exc:
             raise PoolerRefused(exc) from exc
         except OutboxError as exc:
-            raise _unavailable(f"cannot connect to {_NAMES[self.dialect]}", exc) from exc
+            raise _unavailable(f"cannot connect to {DIALECT_NAMES[self.dialect]}", exc) from exc
 
     async def close(self) -> None:
         await self._work.close()
@@ -242,7 +296,8 @@ class SqlStore:
             "in_flight": self._codec.ids(request.in_flight),
             "shard_bytes": request.shard_bytes,
             "held_keys": self._codec.array(list(request.held_keys)),
-            "floors": [floors.get(shard, 0) for shard in shards],  # Postgres only
+            # Postgres only
+            "floors": self._codec.array([floors.get(shard, 0) for shard in shards]),
         }
         shape: ClaimShape = "plain"
         if turns is not None:
@@ -315,14 +370,15 @@ class SqlStore:
         return [HorizonHolder.from_row(r) for r in _by_name(rows)]
 
     async def backlog(self, shard_count: int) -> Backlog:
-        plan = plans.backlog(shard_count, self._floors)
+        plan = plans.backlog(self._codec, shard_count, self._floors)
         found: Backlog = await self._plan("outbox_backlog", plan, control=True, write=False)
         return found
 
     async def backlog_by_tenant(self, top: int, shard_count: int) -> list[TenantBacklog]:
         shards = list(range(shard_count))
         floors = [self._floors.get(shard, 0) for shard in shards]
-        params = {"top": top, "shards": shards, "floors": floors}
+        c = self._codec
+        params = {"top": top, "shards": c.array(shards), "floors": c.array(floors)}
         rows = await self._run(Statement("outbox_backlog_by_tenant", params), control=True)
         return [TenantBacklog.from_row(r) for r in rows]
 
@@ -364,7 +420,7 @@ class SqlStore:
     async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None:
         params = {"shard": shard, "owner": owner, "ttl_s": self._codec.seconds(ttl_s)}
         rows: Rows = await self._plan(
-            "lease_acquire", _single(Statement("lease_acquire", params)), control=True
+            "lease_acquire", self._write("lease_acquire", params), control=True
         )
         return int(rows[0][0]) if rows else None
 
@@ -379,7 +435,7 @@ class SqlStore:
             "ttl_s": c.seconds(ttl_s),
         }
         rows: Rows = await self._plan(
-            "lease_renew", _single(Statement("lease_renew", params)), control=True
+            "lease_renew", self._write("lease_renew", params), control=True
         )
         return {int(r[0]) for r in rows}
 
@@ -423,7 +479,7 @@ class SqlStore:
             "lock_timeout_ms": rotation.lock_timeout_ms,
         }
         rows: Rows = await self._plan(
-            "rotate", _single(Statement("outbox_published_rotate", params)), control=True
+            "rotate", _single_write("outbox_published_rotate", params), control=True
         )
         created, dropped, skipped = rows[0]
         return Rotated(int(created), int(dropped), int(skipped))

@@ -1,10 +1,26 @@
 -- Database-wide statements, MariaDB dialect.
 
+-- fragment: utc_read_committed
+-- The schema's DATETIME(6) columns hold UTC without a zone, and CURRENT_TIMESTAMP(6)
+-- defaults are in the session's zone, so every session runs in UTC. READ COMMITTED: the
+-- server's default, REPEATABLE READ, takes gap locks on locking reads, which would make
+-- the relay's claims block producers' inserts into the gaps they read; and at READ
+-- COMMITTED every statement reads a fresh snapshot (the claim's clock relies on it).
+-- (MariaDB names the variable tx_isolation; MySQL 8, transaction_isolation.)
+SET SESSION time_zone = '+00:00', SESSION tx_isolation = 'READ-COMMITTED'
+
 -- name: session_init
--- Run by every connection outbox_core opens (PyMySQL's init_command, one statement). The
--- schema's DATETIME(6) columns hold UTC without a zone, and CURRENT_TIMESTAMP(6) defaults
--- are in the session's zone, so every session runs in UTC. READ COMMITTED: the server's
--- default, REPEATABLE READ, takes gap locks on locking reads, which would make the relay's
--- claims block producers' inserts into the gaps they read. (MariaDB names the variable
--- tx_isolation; MySQL 8, transaction_isolation.)
-SET SESSION time_zone = '+00:00', SESSION tx_isolation = 'READ-COMMITTED';
+-- Run by every connection outbox_core opens (PyMySQL's init_command, one statement).
+{{utc_read_committed}};
+
+-- name: session_init_relay
+-- The relay's connections (outbox_core/mariadb_pool.py), with its timeouts: a lock wait
+-- (whole seconds, at least 1) and a statement's run time (max_statement_time, seconds)
+-- end with a retriable error instead of holding a cycle or a lease round.
+{{utc_read_committed}},
+    SESSION innodb_lock_wait_timeout = %(lock_wait_s)s,
+    SESSION max_statement_time = %(statement_s)s;
+
+-- name: database_rows_changed
+-- What the statement just before changed (no UPDATE ... RETURNING here).
+SELECT ROW_COUNT();

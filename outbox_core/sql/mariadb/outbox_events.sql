@@ -1,6 +1,301 @@
--- Queries on outbox_events, MariaDB dialect. So far only what the migrator needs; the
--- shared statements (sql/shared/outbox_events.sql) join once this file writes their
--- fragments.
+-- Queries on outbox_events, MariaDB dialect (pyformat parameters, rendered by the driver
+-- on the client). `key` is a reserved word here: always quoted. Lists arrive as JSON
+-- arrays (outbox_core.codec) and are read with JSON_TABLE; times are UTC (the sessions'
+-- time_zone), so NOW(6) and SYSDATE(6) compare with the stored DATETIME(6) values.
 
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
+
+-- fragment: claim_columns
+-- What every claim returns, named as relay.store.ClaimedRow's fields (rows are read by
+-- name); payload and headers pass through undecoded, created_at as float epoch seconds.
+e.id, e.shard, e.event_id, e.topic, e.`key`, e.event_type, e.payload, e.headers AS headers_json,
+e.attempts, CAST(UNIX_TIMESTAMP(e.created_at) AS DOUBLE) AS created_at, e.tenant
+
+-- fragment: claim_names
+w.id, w.shard, w.event_id, w.topic, w.`key`, w.event_type, w.payload, w.headers_json,
+w.attempts, w.created_at, w.tenant
+
+-- fragment: upto
+-- The byte budget (see the Postgres twin), over rows r already cut to the claim's limit:
+-- the window is computed over at most `limit` rows, never over all of a shard's backlog.
+sum(r.size) OVER (ORDER BY r.id ROWS UNBOUNDED PRECEDING) AS upto
+
+-- fragment: shard_rows
+-- See the Postgres twin; head is 1 for the first shard of the claim's array.
+(w.upto <= %(shard_bytes)s OR (w.upto = w.size AND %(head)s))
+
+-- fragment: not_held
+AND e.`key` NOT IN (
+    SELECT h.k FROM JSON_TABLE(%(held_keys)s, '$[*]' COLUMNS (
+        k varchar(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin PATH '$')) AS h
+)
+
+-- fragment: claim_clock
+-- The claim's clock. SYSDATE(6) is read when it is evaluated, as each row is read, so
+-- after the statement's read view was opened (at READ COMMITTED InnoDB opens a fresh one
+-- at the statement's first read); NOW(6) would be the statement's start, before it. A
+-- row's available_at is its writer's NOW(6) (+ its delay): every row the read view sees
+-- was committed, so written, before the clock is read, and a row written without a
+-- delay is due. Rows of one key are written one after the other (the producer's per-key
+-- slot lock: the next writer's INSERT starts after the previous one committed), so a
+-- later row of a key is committed, and due, only after its earlier rows are: no committed
+-- row is skipped while a later row of its key goes. (A server started with
+-- --sysdate-is-now would make this NOW(6) again.)
+SYSDATE(6)
+
+-- fragment: claimable
+-- See the Postgres twin: a row of the shard that may go out now, its key's order aside.
+e.published_at IS NULL
+AND e.status = 'pending'
+AND e.available_at <= {{claim_clock}}
+AND e.id NOT IN (
+    SELECT f.id FROM JSON_TABLE(%(in_flight)s, '$[*]' COLUMNS (id bigint PATH '$')) AS f
+)
+
+-- fragment: key_not_blocked
+-- block_key policy (see the Postgres twin); the skip policy fills this slot with nothing.
+-- outbox_events_blocking_idx (shard, key, id) finds a key's earlier rows.
+AND NOT EXISTS (
+    SELECT 1 FROM outbox_events b
+    WHERE b.shard = e.shard AND b.`key` = e.`key` AND b.id < e.id
+      AND b.published_at IS NULL
+      AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > {{claim_clock}}))
+)
+
+-- fragment: one_tenant
+AND coalesce(e.tenant, '') = %(tenant)s
+
+-- fragment: claim_per_shard(tenant, rule)
+-- MariaDB has no LATERAL: the store runs a claim once per shard (relay/store/sql.py), each
+-- a walk of outbox_events_unpublished_idx (shard, published_at, id) in id order that
+-- stops after limit rows. Each statement reads a snapshot of its own: a shard's rows are
+-- ordered among themselves only, so no two shards need to agree.
+SELECT {{claim_names}} FROM (
+    SELECT r.*, {{upto}}
+    FROM (
+        SELECT {{claim_columns}}, length(e.payload) AS size
+        FROM outbox_events e
+        WHERE e.shard = %(shard)s
+          {{tenant}}
+          AND {{claimable}}
+          {{not_held}}
+          {{rule}}
+        ORDER BY e.id
+        LIMIT %(limit)s
+    ) AS r
+) AS w
+WHERE {{shard_rows}}
+ORDER BY w.id
+
+-- fragment: tenant_list
+-- A JSON array of tenant names as rows t ('' names the untenanted rows).
+'$[*]' COLUMNS (i FOR ORDINALITY,
+                t varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin PATH '$')
+
+-- fragment: claim_by_turns(rule)
+-- See the Postgres twin for the turns. Run once per shard, like the plain claim. Without
+-- LATERAL, a tenant's first per_tenant rows are found by numbering the shard's claimable
+-- rows per tenant (one walk of the shard's unpublished rows); only ids are ranked, then
+-- the chosen rows are read by primary key.
+WITH weights AS (
+    SELECT n.t AS tenant, w.weight
+    FROM JSON_TABLE(%(weight_tenants)s, {{tenant_list}}) AS n
+    JOIN JSON_TABLE(%(weights)s, '$[*]' COLUMNS (i FOR ORDINALITY, weight int PATH '$')) AS w
+      ON w.i = n.i
+),
+candidates AS (
+    SELECT c.id, c.tenant, row_number() OVER (PARTITION BY c.tenant ORDER BY c.id) AS k
+    FROM (
+        SELECT e.id, coalesce(e.tenant, '') AS tenant
+        FROM outbox_events e
+        WHERE e.shard = %(shard)s
+          AND {{claimable}}
+          {{not_held}}
+          {{rule}}
+    ) AS c
+    WHERE (%(only)s IS NULL OR c.tenant IN (SELECT o.t FROM JSON_TABLE(%(only)s, {{tenant_list}}) AS o))
+      AND c.tenant NOT IN (SELECT s.t FROM JSON_TABLE(%(skip)s, {{tenant_list}}) AS s)
+),
+chosen AS (
+    SELECT c.id
+    FROM candidates c
+    LEFT JOIN weights w ON w.tenant = c.tenant
+    WHERE c.k <= %(per_tenant)s
+    ORDER BY (c.k - 1) DIV coalesce(w.weight, 1), c.id
+    LIMIT %(limit)s
+)
+SELECT {{claim_names}} FROM (
+    SELECT r.*, {{upto}}
+    FROM (
+        SELECT {{claim_columns}}, length(e.payload) AS size
+        FROM chosen ch JOIN outbox_events e ON e.id = ch.id
+    ) AS r
+) AS w
+WHERE {{shard_rows}}
+ORDER BY w.id
+
+-- fragment: acked_in_held_shards
+-- The settle's acked rows, of the shards whose lease still carries our token (the settle
+-- checked and locked each lease row first: lease_check): shards is the JSON array of them.
+id IN (SELECT a.id FROM JSON_TABLE(%(published_ids)s, '$[*]' COLUMNS (id bigint PATH '$')) AS a)
+AND shard IN (SELECT h.shard FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS h)
+
+-- fragment: payload_moves
+-- retention=keep: see the Postgres twin's payload_stays; a payload up to move_max_bytes
+-- is copied into the history, a larger one's row is marked published where it is.
+length(payload) <= %(move_max_bytes)s
+
+-- name: outbox_delete_published
+-- The settle, in steps inside one transaction (relay/store/sql.py) after lease_check of
+-- each shard; each step returns a row per row it changed where MariaDB can.
+DELETE FROM outbox_events
+WHERE {{acked_in_held_shards}}
+RETURNING 1;
+
+-- name: outbox_published_copy
+-- retention=keep, the first step of the move: the acked rows into the history. The next
+-- step (outbox_delete_moved) deletes the same rows: between the two nothing but this
+-- settle writes them (the lease rows it holds locked fence out every other relay).
+INSERT INTO outbox_published (id, event_id, topic, `key`, shard, event_type, payload, headers,
+                              created_at, attempts, last_error, published_at, tenant)
+SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, created_at, attempts,
+       last_error, NOW(6), tenant
+FROM outbox_events
+WHERE {{acked_in_held_shards}} AND {{payload_moves}};
+
+-- name: outbox_delete_moved
+DELETE FROM outbox_events
+WHERE {{acked_in_held_shards}} AND {{payload_moves}}
+RETURNING 1;
+
+-- name: outbox_mark_published
+-- retention=keep, rows too large to move: marked published where they are. No UPDATE ...
+-- RETURNING here: the count comes from database_rows_changed.
+UPDATE outbox_events SET published_at = NOW(6)
+WHERE {{acked_in_held_shards}} AND NOT {{payload_moves}};
+
+-- name: outbox_record_failures
+-- failed_ids, errors, delays_s and parks: JSON arrays paired by position. The count comes
+-- from database_rows_changed (every matched row changes: attempts grows).
+UPDATE outbox_events e
+JOIN JSON_TABLE(%(failed_ids)s, '$[*]' COLUMNS (i FOR ORDINALITY, id bigint PATH '$')) AS f
+JOIN JSON_TABLE(%(errors)s, '$[*]' COLUMNS (i FOR ORDINALITY, error text PATH '$')) AS r
+  ON r.i = f.i
+JOIN JSON_TABLE(%(delays_s)s, '$[*]' COLUMNS (i FOR ORDINALITY, delay_s double PATH '$')) AS d
+  ON d.i = f.i
+JOIN JSON_TABLE(%(parks)s, '$[*]' COLUMNS (i FOR ORDINALITY, park boolean PATH '$')) AS p
+  ON p.i = f.i
+SET e.attempts = e.attempts + 1,
+    e.last_error = r.error,
+    e.available_at = TIMESTAMPADD(MICROSECOND, ROUND(d.delay_s * 1000000), NOW(6)),
+    e.status = CASE WHEN p.park THEN 'parked' ELSE 'pending' END
+WHERE e.id = f.id
+  AND e.shard IN (SELECT h.shard FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS h);
+
+-- name: outbox_purge_published
+-- Retention: removes a small batch of rows published before the cutoff; run repeatedly.
+DELETE FROM outbox_events
+WHERE published_at IS NOT NULL
+  AND published_at < TIMESTAMPADD(MICROSECOND, -ROUND(%(retention_s)s * 1000000), NOW(6))
+ORDER BY published_at
+LIMIT %(limit)s
+RETURNING 1;
+
+-- name: outbox_shard_max
+SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
+
+-- fragment: backlog_rows
+-- MariaDB has no claim floors (an InnoDB purge removes deleted rows' index entries
+-- without waiting for a vacuum): every unpublished row is counted.
+outbox_events e
+
+-- name: outbox_backlog
+SELECT
+    (SELECT count(*) FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'pending'),
+    (SELECT count(*) FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'parked'),
+    coalesce((SELECT TIMESTAMPDIFF(MICROSECOND, min(e.created_at), NOW(6)) / 1e6
+              FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'pending'), 0);
+
+-- name: outbox_backlog_by_tenant
+{{tenants_by_pending(rows=backlog_rows)}}
+SELECT CASE WHEN other THEN NULL ELSE tenant END AS tenant, other, sum(pending),
+       TIMESTAMPDIFF(MICROSECOND, min(oldest), NOW(6)) / 1e6
+FROM ranked
+GROUP BY 1, 2
+ORDER BY 2, 3 DESC;
+
+-- fragment: listed_ids
+-- The operator commands' ids: a JSON array, or NULL for any.
+(%(ids)s IS NULL OR id IN (
+    SELECT l.id FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (id bigint PATH '$')) AS l))
+
+-- fragment: parked_ids
+status = 'parked' AND published_at IS NULL AND {{listed_ids}}
+
+-- name: outbox_parked_list
+SELECT id, event_id, topic, `key`, event_type, attempts, last_error,
+       TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) / 1e6 AS age_s
+FROM outbox_events
+WHERE status = 'parked' AND published_at IS NULL
+  AND {{listed_ids}}
+  AND (%(topic)s IS NULL OR topic = %(topic)s)
+  AND (%(key)s IS NULL OR `key` = %(key)s)
+  AND (%(error)s IS NULL OR instr(last_error, %(error)s) > 0)
+  AND created_at <= TIMESTAMPADD(MICROSECOND, -ROUND(%(min_age_s)s * 1000000), NOW(6))
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: outbox_parked_retry_pick
+-- No UPDATE ... RETURNING: the operator actions pick and lock their rows first, then
+-- change exactly those (relay/store/plans.py), in one transaction.
+SELECT id FROM outbox_events WHERE {{parked_ids}} FOR UPDATE;
+
+-- name: outbox_parked_retry
+UPDATE outbox_events
+SET status = 'pending', attempts = 0, available_at = NOW(6)
+WHERE {{parked_ids}};
+
+-- name: outbox_parked_discard_pick
+SELECT id FROM outbox_events WHERE {{parked_ids}} FOR UPDATE;
+
+-- name: outbox_parked_discard
+DELETE FROM outbox_events WHERE {{parked_ids}};
+
+-- name: outbox_replay_list
+-- See the Postgres twin: rows in outbox_published, and rows marked published in place.
+SELECT id FROM (
+    SELECT id, published_at FROM outbox_published
+    UNION ALL
+    SELECT id, published_at FROM outbox_events WHERE published_at IS NOT NULL
+) AS p
+WHERE {{listed_ids}}
+  AND (%(since)s IS NULL OR published_at >= %(since)s)
+  AND (%(until)s IS NULL OR published_at < %(until)s)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: outbox_replay_pick
+(SELECT id FROM outbox_published WHERE {{listed_ids}} FOR UPDATE)
+UNION ALL
+(SELECT id FROM outbox_events WHERE published_at IS NOT NULL AND {{listed_ids}} FOR UPDATE);
+
+-- name: outbox_replay_unmark
+-- Rows marked published in place become pending again (before the history's rows come
+-- back, which arrive pending).
+UPDATE outbox_events
+SET published_at = NULL, status = 'pending', attempts = 0, available_at = NOW(6)
+WHERE published_at IS NOT NULL AND {{listed_ids}};
+
+-- name: outbox_replay_restore
+-- History rows move back into outbox_events under their original ids (an AUTO_INCREMENT
+-- column takes an explicit value), pending again.
+INSERT INTO outbox_events (id, event_id, topic, `key`, shard, event_type, payload, headers,
+                           created_at, available_at, tenant)
+SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, created_at, NOW(6),
+       tenant
+FROM outbox_published
+WHERE {{listed_ids}};
+
+-- name: outbox_replay_restored_drop
+DELETE FROM outbox_published WHERE {{listed_ids}};

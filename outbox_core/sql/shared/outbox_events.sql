@@ -47,6 +47,7 @@ WITH per_tenant AS (
 ),
 ranked AS (
     SELECT tenant, pending, oldest,
-           row_number() OVER (ORDER BY pending DESC, tenant NULLS FIRST) > :top AS other
+           -- NULL first (the untenanted rows), written without NULLS FIRST, which MariaDB lacks.
+           row_number() OVER (ORDER BY pending DESC, tenant IS NOT NULL, tenant) > :top AS other
     FROM per_tenant
 )
