@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from tests.support import kafka as kafka_support
 from tests.support import redis as redis_support
 from tests.support import timings
-from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.db import Backend, mariadb_backend, postgres_backend, sqlite_backend
 from tests.support.mariadb import MariaDatabases, mariadb_admin_url
 from tests.support.postgres import Databases, worker_id
 from tests.support.services import kafka_bootstrap_servers, postgres_admin_url
@@ -134,19 +134,25 @@ def full_size(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--full"))
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
+@pytest.fixture(params=["postgres", "sqlite", "mariadb"])
 def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A private, unmigrated database of each kind: the scenario runs once per backend."""
     if request.param == "postgres":
         return postgres_backend(request.getfixturevalue("pg_url"))
+    if request.param == "mariadb":
+        return mariadb_backend(request.getfixturevalue("mariadb_url"))
     return sqlite_backend(tmp_path / "outbox.sqlite3")
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
+@pytest.fixture(params=["postgres", "sqlite", "mariadb"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A private database of each kind with every migration applied."""
     if request.param == "postgres":
         return postgres_backend(request.getfixturevalue("migrated_pg_url"))
+    if request.param == "mariadb":
+        migrated = mariadb_backend(request.getfixturevalue("mariadb_url"))
+        migrated.migrate()
+        return migrated
     migrated = sqlite_backend(tmp_path / "outbox.sqlite3")
     migrated.migrate()
     return migrated

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from outbox_core.database_url import DatabaseUrl
 from outbox_core.migrate import migrate
 from outbox_core.queries import Dialect, parse_blocks
 
@@ -23,6 +24,7 @@ COMMON = _load("inspect.sql")
 DIALECT_SQL: dict[Dialect, dict[str, str]] = {
     "postgres": _load("postgres_inspect.sql"),
     "sqlite": _load("sqlite_inspect.sql"),
+    "mariadb": _load("mariadb_inspect.sql"),
 }
 
 
@@ -30,40 +32,55 @@ DIALECT_SQL: dict[Dialect, dict[str, str]] = {
 class Backend:
     dialect: Dialect
     url: str  # a producer_lib database URL
-    target: str  # what the drivers connect to: libpq URL or file path
+    target: str  # what the drivers connect to: libpq URL, mysql:// URL or file path
 
     @property
     def sqlalchemy_url(self) -> str:
         if self.dialect == "postgres":
             return self.target.replace("postgresql://", "postgresql+psycopg://", 1)
+        if self.dialect == "mariadb":
+            return self.target.replace("mysql://", "mysql+pymysql://", 1)
         return f"sqlite:///{self.target}"
 
     @property
     def async_sqlalchemy_url(self) -> str:
+        if self.dialect == "mariadb":
+            return self.target.replace("mysql://", "mysql+aiomysql://", 1)
         return self.sqlalchemy_url
 
     def connect(self) -> Any:
         """A plain driver connection, not in autocommit: its first statement begins."""
         if self.dialect == "postgres":
             return psycopg.connect(self.target)
+        if self.dialect == "mariadb":  # PyMySQL, in UTC at READ COMMITTED as outbox_core's
+            return DatabaseUrl.parse(self.target).connect()
         return sqlite3.connect(self.target, timeout=30)
 
     def sql(self, name: str) -> str:
         return DIALECT_SQL[self.dialect].get(name) or COMMON[name]
 
+    def _run(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        # Through a cursor: a PyMySQL connection has no execute of its own.
+        cur = conn.cursor()
+        try:
+            cur.execute(self.sql(name), params)
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+        finally:
+            cur.close()
+
     def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         conn = self.connect()
         try:
-            rows = conn.execute(self.sql(name), params or {}).fetchall()
+            rows = self._run(conn, name, params or {})
             conn.commit()
-            return [tuple(r) for r in rows]
+            return rows
         finally:
             conn.close()
 
     def execute(self, name: str, params: dict[str, Any] | None = None) -> None:
         conn = self.connect()
         try:
-            conn.execute(self.sql(name), params or {})
+            self._run(conn, name, params or {})
             conn.commit()
         finally:
             conn.close()
@@ -73,9 +90,9 @@ class Backend:
         the consumer, as if that much time had passed."""
         conn = self.connect()
         try:
-            for name, sql in DIALECT_SQL[self.dialect].items():
+            for name in DIALECT_SQL[self.dialect]:
                 if name.startswith("rewind_"):
-                    conn.execute(sql, {"s": seconds})
+                    self._run(conn, name, {"s": seconds})
             conn.commit()
         finally:
             conn.close()
@@ -89,6 +106,11 @@ class Backend:
 
 def postgres_backend(libpq_url: str) -> Backend:
     return Backend("postgres", libpq_url, libpq_url)
+
+
+def mariadb_backend(url: str) -> Backend:
+    """url: a mysql:// URL naming the test's own database."""
+    return Backend("mariadb", url, url)
 
 
 def sqlite_backend(path: Path) -> Backend:

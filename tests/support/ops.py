@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _SQL = Path(__file__).parent / "sql"
 OPS_SQL: dict[Dialect, dict[str, str]] = {
     d: parse_blocks((_SQL / f"ops_{d}.sql").read_text(), f"ops_{d}.sql")
-    for d in ("postgres", "sqlite")
+    for d in ("postgres", "sqlite", "mariadb")
 }
 PRIVILEGES_SQL = parse_blocks((_SQL / "privileges.sql").read_text(), "privileges.sql")
 
@@ -52,8 +52,10 @@ def _ids(backend: Backend, ids: Sequence[int]) -> Any:
 def _execute(backend: Backend, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     conn = backend.connect()
     try:
-        cur = conn.execute(OPS_SQL[backend.dialect][name], params)
+        cur = conn.cursor()  # a PyMySQL connection has no execute of its own
+        cur.execute(OPS_SQL[backend.dialect][name], params)
         rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
+        cur.close()
         conn.commit()
         return rows
     finally:

@@ -100,6 +100,12 @@ def test_good_settings_load() -> None:
     assert settings.database.url.dialect == "postgres"
 
 
+@pytest.mark.parametrize("scheme", ["mysql", "mariadb", "mysql+pymysql"])
+def test_a_mariadb_url_loads(scheme: str) -> None:
+    settings = load_settings(**{**GOOD, "database_url": f"{scheme}://relay:pw@db:3306/outbox"})
+    assert settings.database.url.dialect == "mariadb"
+
+
 @pytest.mark.parametrize(
     ("override", "env"),
     [
@@ -109,7 +115,9 @@ def test_good_settings_load() -> None:
         ({"kafka_bootstrap_servers": "kafka.internal"}, "OUTBOX_KAFKA_BOOTSTRAP_SERVERS"),
         ({"kafka_bootstrap_servers": "kafka:99999"}, "OUTBOX_KAFKA_BOOTSTRAP_SERVERS"),
         ({"kafka_bootstrap_servers": " , "}, "OUTBOX_KAFKA_BOOTSTRAP_SERVERS"),
-        ({"database_url": f"mysql://relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
+        ({"database_url": f"mysql://relay:{CANARY}@db:port/outbox"}, "OUTBOX_DATABASE_URL"),
+        ({"database_url": f"mysql://relay:{CANARY}@db/outbox?ssl=x"}, "OUTBOX_DATABASE_URL"),
+        ({"database_url": f"mysql://relay:{CANARY}@db/out;box"}, "OUTBOX_DATABASE_URL"),
         ({"database_url": f"postgresql:/relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
         ({"database_url": f"relay:{CANARY}@db/outbox"}, "OUTBOX_DATABASE_URL"),
         ({"heartbeat_interval_s": 6.0, "lease_ttl_s": 10.0}, "OUTBOX_HEARTBEAT_INTERVAL_S"),

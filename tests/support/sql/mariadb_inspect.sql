@@ -31,3 +31,111 @@ CREATE DATABASE {database} CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin;
 
 -- name: database_drop
 DROP DATABASE IF EXISTS {database};
+
+-- The store's tests (tests/support/db.py): MariaDB's twins of inspect.sql's read-backs
+-- where those name the reserved word `key` or need MariaDB's time functions.
+
+-- name: outbox_rows
+SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, attempts, status,
+       published_at, last_error
+FROM outbox_events ORDER BY id;
+
+-- name: outbox_parked
+SELECT id, `key`, attempts, last_error FROM outbox_events WHERE status = 'parked' ORDER BY id;
+
+-- name: outbox_snapshot
+SELECT id, event_id, `key`, shard, payload, headers, attempts, status, last_error,
+       available_at, published_at
+FROM outbox_events ORDER BY id;
+
+-- name: outbox_row_tenants
+SELECT id, `key`, tenant FROM outbox_events ORDER BY id;
+
+-- name: outbox_delays
+SELECT `key`, TIMESTAMPDIFF(MICROSECOND, created_at, available_at) / 1e6, available_at
+FROM outbox_events ORDER BY id;
+
+-- name: outbox_row_state
+-- Per row: what settle wrote, and seconds until available_at on the database clock.
+-- Rows retention=keep moved into outbox_published are published (available_at: 0).
+SELECT id, attempts, status, last_error, published_at IS NOT NULL,
+       TIMESTAMPDIFF(MICROSECOND, NOW(6), available_at) / 1e6
+FROM outbox_events
+UNION ALL
+SELECT id, attempts, 'pending', last_error, 1, 0.0 FROM outbox_published
+ORDER BY 1;
+
+-- name: lease_remaining
+-- Seconds until each lease ends on the database clock (NULL once released).
+SELECT shard, owner, token,
+       CASE WHEN owner IS NULL THEN NULL
+            ELSE TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until) / 1e6 END
+FROM outbox_relay_leases ORDER BY shard;
+
+-- name: leases_lapse
+UPDATE outbox_relay_leases SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE owner IS NOT NULL;
+
+-- name: replicas_lapse
+UPDATE outbox_relay_replicas SET seen_until = NOW(6) - INTERVAL 1 SECOND;
+
+-- name: outbox_backoff_end
+UPDATE outbox_events SET available_at = NOW(6) - INTERVAL 1 SECOND
+WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
+
+-- name: outbox_rows_kept
+SELECT id, event_id, topic, `key` FROM outbox_events
+UNION ALL
+SELECT id, event_id, topic, `key` FROM outbox_published
+ORDER BY 1;
+
+-- name: outbox_rows_all
+SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, attempts, status,
+       published_at, last_error
+FROM outbox_events
+UNION ALL
+SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, attempts, 'pending',
+       published_at, last_error
+FROM outbox_published
+ORDER BY 1;
+
+-- name: outbox_set_topic
+UPDATE outbox_events SET topic = %(topic)s WHERE id = %(id)s;
+
+-- name: outbox_headers_set
+UPDATE outbox_events SET headers = %(headers)s WHERE id = %(id)s;
+
+-- name: outbox_available_epoch
+SELECT id, CAST(UNIX_TIMESTAMP(available_at) AS DOUBLE) FROM outbox_events ORDER BY id;
+
+-- Moving every clock column back by :s seconds is the clock moving on by as much: leases,
+-- heartbeats, delays and retention expire without a test waiting for them. A released
+-- lease keeps its ancient lease_until.
+
+-- name: rewind_outbox_events
+UPDATE outbox_events
+SET created_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), created_at),
+    available_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), available_at),
+    published_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), published_at);
+
+-- name: rewind_outbox_published
+UPDATE outbox_published
+SET created_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), created_at),
+    published_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), published_at);
+
+-- name: rewind_outbox_idempotency
+UPDATE outbox_idempotency
+SET created_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), created_at);
+
+-- name: rewind_outbox_relay_leases
+UPDATE outbox_relay_leases
+SET lease_until = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), lease_until)
+WHERE owner IS NOT NULL;
+
+-- name: rewind_outbox_relay_replicas
+UPDATE outbox_relay_replicas
+SET started_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), started_at),
+    seen_until = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), seen_until);
+
+-- name: rewind_processed_events
+UPDATE processed_events
+SET processed_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), processed_at);
