@@ -11,16 +11,24 @@ discard of millions of rows may rightly take longer, and an operator can interru
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import SecretStr
 
 from outbox_core.codec import codec_for
-from outbox_core.database_url import DatabaseUrl, supported
+from outbox_core.database_url import DatabaseUrl, Dialect, supported
 from outbox_core.errors import StartupParameterRefused
-from outbox_core.executors import Plan, PsycopgExecutor, SqliteExecutor, run_plan, translated
+from outbox_core.executors import (
+    Plan,
+    PsycopgExecutor,
+    PyMysqlExecutor,
+    SqliteExecutor,
+    SyncExecutor,
+    run_plan,
+    translated,
+)
 from outbox_core.pg_session import Pooler
 from relay.database import PLANNER_SETTINGS, RELAY_DIALECTS, DatabaseSettings
 from relay.errors import PoolerRefused
@@ -53,6 +61,14 @@ class Status:
     leases: list[Lease]
 
 
+# The executor of each dialect's connection (DatabaseUrl.connect's driver).
+_EXECUTORS: dict[Dialect, Callable[[Any], SyncExecutor]] = {
+    "postgres": PsycopgExecutor,
+    "sqlite": SqliteExecutor,
+    "mariadb": PyMysqlExecutor,
+}
+
+
 class _Session:
     """One connection and one transaction, committed when the action succeeds."""
 
@@ -68,9 +84,7 @@ class _Session:
                 self.conn: Any = db.connect(session=session)
         except StartupParameterRefused as exc:
             raise PoolerRefused(exc) from exc
-        self.executor = (
-            SqliteExecutor(self.conn) if db.dialect == "sqlite" else PsycopgExecutor(self.conn)
-        )
+        self.executor: SyncExecutor = _EXECUTORS[db.dialect](self.conn)
         self.codec = codec_for(db.dialect)
         if db.dialect == "postgres" and session.per_transaction:
             try:

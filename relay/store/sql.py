@@ -96,18 +96,20 @@ def _settle_in_a_transaction(fence: dict[str, Any], params: dict[str, Any], keep
     if keep:
         moving = {**acked, "move_max_bytes": params["move_max_bytes"]}
         yield Statement("outbox_published_copy", moving)
-        published = len((yield Statement("outbox_delete_moved", moving)))
-        yield Statement("outbox_mark_published", moving)
-        published += yield from _rows_changed()
+        published = yield from _changed(Statement("outbox_delete_moved", moving))
+        published += yield from _changed(Statement("outbox_mark_published", moving))
     else:
-        published = len((yield Statement("outbox_delete_published", acked)))
+        published = yield from _changed(Statement("outbox_delete_published", acked))
     failures = {k: params[k] for k in ("failed_ids", "errors", "delays_s", "parks")}
-    yield Statement("outbox_record_failures", {"shards": acked["shards"], **failures})
-    failed = yield from _rows_changed()
+    failed = yield from _changed(
+        Statement("outbox_record_failures", {"shards": acked["shards"], **failures})
+    )
     return Settled(published, failed, lost)
 
 
-def _rows_changed() -> Plan:
+def _changed(statement: Statement) -> Plan:
+    """How many rows a write without RETURNING changed."""
+    yield statement
     return int((yield Statement("database_rows_changed"))[0][0])
 
 

@@ -135,23 +135,34 @@ SELECT {{claim_names}} FROM (
 WHERE {{shard_rows}}
 ORDER BY w.id
 
--- fragment: acked_in_held_shards
--- The settle's acked rows, of the shards whose lease still carries our token (the settle
+-- fragment: ids_first(id_list)
+-- Writes by a JSON array of ids join it, read first (STRAIGHT_JOIN), to the rows by
+-- primary key (FORCE INDEX): a write locks every row it reads, and waits for a row a
+-- producer inserted and has not committed yet. MariaDB 10.11 runs `id IN (SELECT ...)`
+-- in a single-table UPDATE or DELETE as a scan of the table, and joins a small table by
+-- scanning it into a join buffer: either read every row, the uncommitted ones included.
+JSON_TABLE({{id_list}}, '$[*]' COLUMNS (id bigint PATH '$')) AS a
+STRAIGHT_JOIN outbox_events e FORCE INDEX (PRIMARY) ON e.id = a.id
+
+-- fragment: published_ids
+%(published_ids)s
+
+-- fragment: in_held_shards
+-- The settle's rows, of the shards whose lease still carries our token (the settle
 -- checked and locked each lease row first: lease_check): shards is the JSON array of them.
-id IN (SELECT a.id FROM JSON_TABLE(%(published_ids)s, '$[*]' COLUMNS (id bigint PATH '$')) AS a)
-AND shard IN (SELECT h.shard FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS h)
+e.shard IN (SELECT h.shard FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS h)
 
 -- fragment: payload_moves
 -- retention=keep: see the Postgres twin's payload_stays; a payload up to move_max_bytes
 -- is copied into the history, a larger one's row is marked published where it is.
-length(payload) <= %(move_max_bytes)s
+length(e.payload) <= %(move_max_bytes)s
 
 -- name: outbox_delete_published
 -- The settle, in steps inside one transaction (relay/store/sql.py) after lease_check of
--- each shard; each step returns a row per row it changed where MariaDB can.
-DELETE FROM outbox_events
-WHERE {{acked_in_held_shards}}
-RETURNING 1;
+-- each shard. No step returns its rows (a multi-table write has no RETURNING): each count
+-- comes from database_rows_changed.
+DELETE e FROM {{ids_first(id_list=published_ids)}}
+WHERE {{in_held_shards}};
 
 -- name: outbox_published_copy
 -- retention=keep, the first step of the move: the acked rows into the history. The next
@@ -159,39 +170,37 @@ RETURNING 1;
 -- settle writes them (the lease rows it holds locked fence out every other relay).
 INSERT INTO outbox_published (id, event_id, topic, `key`, shard, event_type, payload, headers,
                               created_at, attempts, last_error, published_at, tenant)
-SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, created_at, attempts,
-       last_error, NOW(6), tenant
-FROM outbox_events
-WHERE {{acked_in_held_shards}} AND {{payload_moves}};
+SELECT e.id, e.event_id, e.topic, e.`key`, e.shard, e.event_type, e.payload, e.headers,
+       e.created_at, e.attempts, e.last_error, NOW(6), e.tenant
+FROM {{ids_first(id_list=published_ids)}}
+WHERE {{in_held_shards}} AND {{payload_moves}};
 
 -- name: outbox_delete_moved
-DELETE FROM outbox_events
-WHERE {{acked_in_held_shards}} AND {{payload_moves}}
-RETURNING 1;
+DELETE e FROM {{ids_first(id_list=published_ids)}}
+WHERE {{in_held_shards}} AND {{payload_moves}};
 
 -- name: outbox_mark_published
--- retention=keep, rows too large to move: marked published where they are. No UPDATE ...
--- RETURNING here: the count comes from database_rows_changed.
-UPDATE outbox_events SET published_at = NOW(6)
-WHERE {{acked_in_held_shards}} AND NOT {{payload_moves}};
+-- retention=keep, rows too large to move: marked published where they are.
+UPDATE {{ids_first(id_list=published_ids)}}
+SET e.published_at = NOW(6)
+WHERE {{in_held_shards}} AND NOT {{payload_moves}};
 
 -- name: outbox_record_failures
--- failed_ids, errors, delays_s and parks: JSON arrays paired by position. The count comes
--- from database_rows_changed (every matched row changes: attempts grows).
-UPDATE outbox_events e
-JOIN JSON_TABLE(%(failed_ids)s, '$[*]' COLUMNS (i FOR ORDINALITY, id bigint PATH '$')) AS f
+-- failed_ids, errors, delays_s and parks: JSON arrays paired by position. Every matched
+-- row changes (attempts grows), so database_rows_changed counts them.
+UPDATE JSON_TABLE(%(failed_ids)s, '$[*]' COLUMNS (i FOR ORDINALITY, id bigint PATH '$')) AS f
 JOIN JSON_TABLE(%(errors)s, '$[*]' COLUMNS (i FOR ORDINALITY, error text PATH '$')) AS r
   ON r.i = f.i
 JOIN JSON_TABLE(%(delays_s)s, '$[*]' COLUMNS (i FOR ORDINALITY, delay_s double PATH '$')) AS d
   ON d.i = f.i
 JOIN JSON_TABLE(%(parks)s, '$[*]' COLUMNS (i FOR ORDINALITY, park boolean PATH '$')) AS p
   ON p.i = f.i
+STRAIGHT_JOIN outbox_events e FORCE INDEX (PRIMARY) ON e.id = f.id
 SET e.attempts = e.attempts + 1,
     e.last_error = r.error,
     e.available_at = TIMESTAMPADD(MICROSECOND, ROUND(d.delay_s * 1000000), NOW(6)),
     e.status = CASE WHEN p.park THEN 'parked' ELSE 'pending' END
-WHERE e.id = f.id
-  AND e.shard IN (SELECT h.shard FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS h);
+WHERE {{in_held_shards}};
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.
@@ -230,8 +239,11 @@ ORDER BY 2, 3 DESC;
 (%(ids)s IS NULL OR id IN (
     SELECT l.id FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (id bigint PATH '$')) AS l))
 
--- fragment: parked_ids
-status = 'parked' AND published_at IS NULL AND {{listed_ids}}
+-- fragment: action_ids
+%(ids)s
+
+-- fragment: parked
+e.status = 'parked' AND e.published_at IS NULL
 
 -- name: outbox_parked_list
 SELECT id, event_id, topic, `key`, event_type, attempts, last_error,
@@ -249,18 +261,18 @@ LIMIT %(limit)s;
 -- name: outbox_parked_retry_pick
 -- No UPDATE ... RETURNING: the operator actions pick and lock their rows first, then
 -- change exactly those (relay/store/plans.py), in one transaction.
-SELECT id FROM outbox_events WHERE {{parked_ids}} FOR UPDATE;
+SELECT e.id FROM {{ids_first(id_list=action_ids)}} WHERE {{parked}} FOR UPDATE;
 
 -- name: outbox_parked_retry
-UPDATE outbox_events
-SET status = 'pending', attempts = 0, available_at = NOW(6)
-WHERE {{parked_ids}};
+UPDATE {{ids_first(id_list=action_ids)}}
+SET e.status = 'pending', e.attempts = 0, e.available_at = NOW(6)
+WHERE {{parked}};
 
 -- name: outbox_parked_discard_pick
-SELECT id FROM outbox_events WHERE {{parked_ids}} FOR UPDATE;
+SELECT e.id FROM {{ids_first(id_list=action_ids)}} WHERE {{parked}} FOR UPDATE;
 
 -- name: outbox_parked_discard
-DELETE FROM outbox_events WHERE {{parked_ids}};
+DELETE e FROM {{ids_first(id_list=action_ids)}} WHERE {{parked}};
 
 -- name: outbox_replay_list
 -- See the Postgres twin: rows in outbox_published, and rows marked published in place.
@@ -276,26 +288,28 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: outbox_replay_pick
-(SELECT id FROM outbox_published WHERE {{listed_ids}} FOR UPDATE)
+(SELECT p.id FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (id bigint PATH '$')) AS a
+ STRAIGHT_JOIN outbox_published p FORCE INDEX (PRIMARY) ON p.id = a.id FOR UPDATE)
 UNION ALL
-(SELECT id FROM outbox_events WHERE published_at IS NOT NULL AND {{listed_ids}} FOR UPDATE);
+(SELECT e.id FROM {{ids_first(id_list=action_ids)}} WHERE e.published_at IS NOT NULL FOR UPDATE);
 
 -- name: outbox_replay_unmark
 -- Rows marked published in place become pending again (before the history's rows come
 -- back, which arrive pending).
-UPDATE outbox_events
-SET published_at = NULL, status = 'pending', attempts = 0, available_at = NOW(6)
-WHERE published_at IS NOT NULL AND {{listed_ids}};
+UPDATE {{ids_first(id_list=action_ids)}}
+SET e.published_at = NULL, e.status = 'pending', e.attempts = 0, e.available_at = NOW(6)
+WHERE e.published_at IS NOT NULL;
 
 -- name: outbox_replay_restore
 -- History rows move back into outbox_events under their original ids (an AUTO_INCREMENT
 -- column takes an explicit value), pending again.
 INSERT INTO outbox_events (id, event_id, topic, `key`, shard, event_type, payload, headers,
                            created_at, available_at, tenant)
-SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, created_at, NOW(6),
-       tenant
-FROM outbox_published
-WHERE {{listed_ids}};
+SELECT p.id, p.event_id, p.topic, p.`key`, p.shard, p.event_type, p.payload, p.headers,
+       p.created_at, NOW(6), p.tenant
+FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (id bigint PATH '$')) AS a
+STRAIGHT_JOIN outbox_published p FORCE INDEX (PRIMARY) ON p.id = a.id;
 
 -- name: outbox_replay_restored_drop
-DELETE FROM outbox_published WHERE {{listed_ids}};
+DELETE p FROM JSON_TABLE(%(ids)s, '$[*]' COLUMNS (id bigint PATH '$')) AS a
+STRAIGHT_JOIN outbox_published p FORCE INDEX (PRIMARY) ON p.id = a.id;
