@@ -59,11 +59,14 @@ class Backend:
     def sql(self, name: str) -> str:
         return DIALECT_SQL[self.dialect].get(name) or COMMON[name]
 
-    def _run(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def run_on(
+        self, conn: Any, name: str, params: dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The named query on an open connection of this backend (no commit): its rows."""
         # Through a cursor: a PyMySQL connection has no execute of its own.
         cur = conn.cursor()
         try:
-            cur.execute(self.sql(name), params)
+            cur.execute(self.sql(name), params or {})
             return [tuple(r) for r in cur.fetchall()] if cur.description else []
         finally:
             cur.close()
@@ -71,7 +74,7 @@ class Backend:
     def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         conn = self.connect()
         try:
-            rows = self._run(conn, name, params or {})
+            rows = self.run_on(conn, name, params or {})
             conn.commit()
             return rows
         finally:
@@ -80,7 +83,7 @@ class Backend:
     def execute(self, name: str, params: dict[str, Any] | None = None) -> None:
         conn = self.connect()
         try:
-            self._run(conn, name, params or {})
+            self.run_on(conn, name, params or {})
             conn.commit()
         finally:
             conn.close()
@@ -92,7 +95,7 @@ class Backend:
         try:
             for name in DIALECT_SQL[self.dialect]:
                 if name.startswith("rewind_"):
-                    self._run(conn, name, {"s": seconds})
+                    self.run_on(conn, name, {"s": seconds})
             conn.commit()
         finally:
             conn.close()

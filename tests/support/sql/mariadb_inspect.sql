@@ -139,3 +139,17 @@ SET started_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), started_at),
 -- name: rewind_processed_events
 UPDATE processed_events
 SET processed_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), processed_at);
+
+-- name: outbox_fill
+-- 20,000 pending rows at once, spread over 16 shards and 1000 keys; every tenth of tenant
+-- A, every tenth plus one of tenant B.
+INSERT INTO outbox_events (event_id, topic, `key`, shard, event_type, payload, headers, tenant)
+SELECT UUID(), 'fill', CONCAT('k', seq MOD 1000), seq MOD 16, 'Filled', REPEAT('x', 300), '{}',
+       CASE seq MOD 10 WHEN 0 THEN 'A' WHEN 1 THEN 'B' END
+FROM seq_1_to_20000;
+
+-- name: outbox_mark_published_below
+UPDATE outbox_events SET published_at = NOW(6) WHERE id < %(below)s;
+
+-- name: outbox_analyze
+ANALYZE TABLE outbox_events;

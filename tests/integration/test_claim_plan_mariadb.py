@@ -1,0 +1,102 @@
+"""Every claim on MariaDB reads outbox_events through an index: each shard's walk through
+outbox_events_unpublished_idx (shard, published_at, id), or outbox_events_tenant_idx for a
+lane's one tenant, the block_key rule's probe of a key's earlier rows through
+outbox_events_blocking_idx, the chosen rows of a fair claim by primary key. Never a scan
+of the table, whether the rows are all pending or mostly published (retention=keep marks
+kept rows in place when their payload is too large to move)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from outbox_core.executors import Statement, bind
+from relay.store.protocol import UNBOUNDED_BYTES
+from relay.store.sql import CLAIM_QUERIES
+from tests.support.db import Backend, mariadb_backend
+
+pytestmark = pytest.mark.integration
+
+EVENTS_INDEXES = {
+    "outbox_events_unpublished_idx",
+    "outbox_events_tenant_idx",
+    "outbox_events_blocking_idx",
+    "PRIMARY",
+}
+
+
+def accesses(node: Any) -> list[dict[str, Any]]:
+    """Every table access of an EXPLAIN FORMAT=JSON document."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if "table_name" in node and "access_type" in node:
+            found.append(node)
+        for value in node.values():
+            found += accesses(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += accesses(value)
+    return found
+
+
+def explain(backend: Backend, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The accesses to outbox_events of the relay's own statement (as bound for PyMySQL)."""
+    sql, bound = bind("pymysql", "mariadb", Statement(name, params))
+    conn = backend.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("EXPLAIN FORMAT=JSON " + sql, bound)
+            (doc,) = cur.fetchone()
+    finally:
+        conn.close()
+    # JSON_TABLE's rows are read whole (access_type ALL): they are the claim's parameters.
+    return [a for a in accesses(json.loads(doc)) if a["table_name"] in ("e", "b")]
+
+
+def claim_params(**extra: Any) -> dict[str, Any]:
+    return {
+        "shard": 3,
+        "head": True,
+        "limit": 500,
+        "in_flight": "[1, 2, 3]",
+        "shard_bytes": UNBOUNDED_BYTES,
+        "held_keys": '["k1"]',
+        "floors": "[0]",
+        "tenant": "A",
+        "per_tenant": 500,
+        "weight_tenants": '["A"]',
+        "weights": "[2]",
+        "only": None,
+        "skip": "[]",
+        **extra,
+    }
+
+
+@pytest.fixture
+def filled(mariadb_url: str) -> Backend:
+    backend = mariadb_backend(mariadb_url)
+    backend.migrate()
+    backend.execute("outbox_fill")
+    return backend
+
+
+@pytest.mark.parametrize("published", [False, True], ids=["pending", "mostly_published"])
+@pytest.mark.parametrize("name", sorted(set(CLAIM_QUERIES.values())))
+def test_every_claim_reads_outbox_events_through_an_index(
+    filled: Backend, name: str, published: bool
+) -> None:
+    if published:
+        filled.execute("outbox_mark_published_below", {"below": 18_000})
+    filled.execute("outbox_analyze")
+    seen = explain(filled, name, claim_params())
+    assert seen, "the plan reads outbox_events"
+    for access in seen:
+        assert access["access_type"] != "ALL", (name, access)
+        assert access.get("key") in EVENTS_INDEXES, (name, access)
+    blocking = [a for a in seen if a["table_name"] == "b"]
+    if name.endswith("_skip"):
+        assert blocking == []
+    else:
+        assert [a["key"] for a in blocking] == ["outbox_events_blocking_idx"], (name, blocking)

@@ -1,0 +1,110 @@
+"""What the store on MariaDB must get right beyond the conformance suite: its writes by a
+list of ids never wait for a producer's open transaction (InnoDB locks every row a write
+reads, uncommitted inserts included), and the lists it sends as JSON arrays (held keys,
+tenant names) read back exactly, whatever characters they hold."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from producer_lib import Outbox
+from relay.ops import admin
+from relay.store import Failure, Store, TenantTurns
+from tests.support.db import Backend, mariadb_backend
+from tests.support.stores import (
+    SHARD_COUNT,
+    claim,
+    emit,
+    event,
+    ids_of,
+    keys_on_shard,
+    opened_store,
+    settle,
+)
+
+pytestmark = pytest.mark.integration
+
+SHARD = 3
+OWNER = "relay-1"
+
+
+@pytest.fixture
+def maria(mariadb_url: str) -> Backend:
+    backend = mariadb_backend(mariadb_url)
+    backend.migrate()
+    return backend
+
+
+@pytest.fixture
+async def store(maria: Backend) -> AsyncIterator[Store]:
+    async with opened_store(maria) as opened:
+        yield opened
+
+
+@pytest.fixture
+def open_insert(maria: Backend) -> Iterator[Any]:
+    """A producer's transaction that inserted a row of SHARD and stays open."""
+    conn = maria.connect()
+    (key,) = keys_on_shard(SHARD, 1, prefix="open")
+    Outbox(shard_count=SHARD_COUNT).emit(
+        conn, topic="orders", key=key, event_type="Open", payload={}
+    )
+    try:
+        yield conn
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+async def test_settles_and_operator_actions_do_not_wait_for_an_open_insert(
+    maria: Backend, store: Store, open_insert: Any
+) -> None:
+    """A lock wait would end in a StoreUnavailable after the relay's lock timeout."""
+    a, b, c, d = keys_on_shard(SHARD, 4)
+    deleted, kept, large, failed, parked = emit(
+        maria, event(a), event(b), event(c, payload=b"x" * 2048), event(d), event(d)
+    )
+    token = await store.lease_acquire(SHARD, OWNER, 30)
+    assert token is not None
+    done = await settle(
+        store,
+        OWNER,
+        {SHARD: token},
+        [deleted],
+        [Failure(failed, "slow", 60.0, False), Failure(parked, "poison", 0.0, True)],
+        False,
+    )
+    assert (done.published, done.failed) == (1, 2)
+    moved = await settle(store, OWNER, {SHARD: token}, [kept, large], [], True, move_max_bytes=1024)
+    assert moved.published == 2
+    assert (await store.parked_retry([parked])).ids == [parked]
+    await settle(store, OWNER, {SHARD: token}, [], [Failure(parked, "again", 0.0, True)], False)
+    assert (await store.parked_discard([parked])).ids == [parked]
+    assert (await store.replay([kept, large])).ids == [kept, large]
+    assert sorted(ids_of(await claim(store, [SHARD], 10, "skip"))) == [kept, large]
+    assert await store.lease_renew(OWNER, {SHARD: token}, 30) == {SHARD}
+    status = admin.status(maria.url)
+    assert status.pending >= 2
+
+
+HOSTILE = ["it's", 'a "quote"', "back\\slash", "%(limit)s", "--", "é☕", "' OR 1=1 --"]
+
+
+async def test_hostile_keys_and_tenants_travel_intact(maria: Backend, store: Store) -> None:
+    """Held keys and tenant names reach JSON_TABLE as JSON text the driver escapes: each
+    one names exactly itself."""
+    rows = emit(maria, *(event(k, tenant=k) for k in HOSTILE))
+    shards = sorted({r.shard for r in await claim(store, list(range(SHARD_COUNT)), 100, "skip")})
+    everything = await claim(store, shards, 100, "skip")
+    assert sorted(ids_of(everything)) == sorted(rows)
+    held = await claim(store, shards, 100, "skip", held_keys=HOSTILE[:3])
+    assert sorted(r.key for r in held) == sorted(HOSTILE[3:])
+    for tenant in HOSTILE:
+        lone = await claim(store, shards, 100, "skip", turns=TenantTurns(only=frozenset({tenant})))
+        assert [(r.key, r.tenant) for r in lone] == [(tenant, tenant)]
+        fair = TenantTurns(weights={tenant: 3}, skip=frozenset({tenant}))
+        rest = await claim(store, shards, 100, "block_key", turns=fair)
+        assert sorted(r.tenant or "" for r in rest) == sorted(set(HOSTILE) - {tenant})
