@@ -155,6 +155,18 @@ class MariadbTarget:
             unix_socket=options.get("unix_socket"),
         )
 
+    def login(self) -> dict[str, Any]:
+        """What PyMySQL and aiomysql connect with but the database (`database` in the one,
+        `db` in the other), in the schema's character set."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "unix_socket": self.unix_socket,
+            "charset": "utf8mb4",
+        }
+
     def connect(self, *, autocommit: bool = False) -> Any:
         """A PyMySQL connection in UTC (the schema's times carry no zone) at READ COMMITTED."""
         import pymysql
@@ -162,13 +174,8 @@ class MariadbTarget:
         from outbox_core.queries import query
 
         return pymysql.connect(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            password=self.password,
+            **self.login(),
             database=self.database,
-            unix_socket=self.unix_socket,
-            charset="utf8mb4",
             autocommit=autocommit,
             init_command=query("mariadb", "session_init"),
         )

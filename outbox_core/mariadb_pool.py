@@ -80,17 +80,11 @@ class MariadbPool:
     async def _create(self) -> Any:
         import aiomysql
 
-        t = self._target
         return await aiomysql.create_pool(
             minsize=1,
             maxsize=self._max_size,
-            host=t.host,
-            port=t.port,
-            user=t.user,
-            password=t.password,
-            db=t.database,
-            unix_socket=t.unix_socket,
-            charset="utf8mb4",
+            **self._target.login(),
+            db=self._target.database,
             autocommit=True,
             init_command=self._init_command,
             connect_timeout=self._timeout,
