@@ -134,9 +134,17 @@ def full_size(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--full"))
 
 
+def _only_listed(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("dialects")
+    if marker is not None and request.param not in marker.args:
+        pytest.skip(f"runs on {', '.join(marker.args)} only")
+
+
 @pytest.fixture(params=["postgres", "sqlite", "mariadb"])
 def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """A private, unmigrated database of each kind: the scenario runs once per backend."""
+    """A private, unmigrated database of each kind: the scenario runs once per backend
+    (`@pytest.mark.dialects(...)`: once per backend listed)."""
+    _only_listed(request)
     if request.param == "postgres":
         return postgres_backend(request.getfixturevalue("pg_url"))
     if request.param == "mariadb":
@@ -147,6 +155,7 @@ def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 @pytest.fixture(params=["postgres", "sqlite", "mariadb"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A private database of each kind with every migration applied."""
+    _only_listed(request)
     if request.param == "postgres":
         return postgres_backend(request.getfixturevalue("migrated_pg_url"))
     if request.param == "mariadb":

@@ -52,13 +52,13 @@ def skip_unsupported(backend: Backend, kind: str) -> None:
 
 def sqlalchemy_url(backend: Backend, kind: str = "", *, asynchronous: bool = False) -> str:
     """The backend's SQLAlchemy URL for the driver a kind names (psycopg 3 / sqlite3 /
-    aiosqlite when it names none)."""
+    aiosqlite / PyMySQL / aiomysql when it names none)."""
     for driver, scheme in _SA_DRIVERS.items():
         if f"_{driver}_" in kind:
             return backend.target.replace("postgresql://", scheme, 1)
     if asynchronous and backend.dialect == "sqlite":
         return f"sqlite+aiosqlite:///{backend.target}"
-    return backend.sqlalchemy_url
+    return backend.async_sqlalchemy_url if asynchronous else backend.sqlalchemy_url
 
 
 def connect_psycopg2(backend: Backend) -> Any:

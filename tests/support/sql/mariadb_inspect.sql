@@ -79,7 +79,10 @@ UPDATE outbox_relay_leases SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE ow
 UPDATE outbox_relay_replicas SET seen_until = NOW(6) - INTERVAL 1 SECOND;
 
 -- name: outbox_backoff_end
-UPDATE outbox_events SET available_at = NOW(6) - INTERVAL 1 SECOND
+-- A scan of the primary key: at READ COMMITTED an UPDATE's scan of the clustered index
+-- reads a row another transaction holds (a producer's uncommitted insert) semi-
+-- consistently and passes it by; through a secondary index it would wait for it.
+UPDATE outbox_events FORCE INDEX (PRIMARY) SET available_at = NOW(6) - INTERVAL 1 SECOND
 WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
 
 -- name: outbox_rows_kept
@@ -153,3 +156,20 @@ UPDATE outbox_events SET published_at = NOW(6) WHERE id < %(below)s;
 
 -- name: outbox_analyze
 ANALYZE TABLE outbox_events;
+
+-- name: outbox_headers_forge
+-- A row's headers naming the relay's own headers, as a writer other than producer_lib
+-- (which refuses them) could store them.
+UPDATE outbox_events
+SET headers = JSON_SET(headers, '$.event_id', %(forged)s, '$.EVENT_TYPE', 'Forged',
+                       '$."x-user"', 'kept');
+
+-- name: outbox_headers_check_drop
+-- The table as it was before 0004_headers_check.sql, for rows written before it.
+ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_headers_check;
+
+-- name: outbox_insert_hostile
+-- A row written around producer_lib, by any role with INSERT on the table.
+INSERT INTO outbox_events (event_id, topic, `key`, shard, event_type, payload, headers)
+VALUES (UUID(), %(topic)s, %(key)s, %(shard)s, 'Hostile', %(payload)s, %(headers)s)
+RETURNING id;

@@ -15,9 +15,14 @@ SET created_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(seconds)s * 1000000), create
 WHERE {{listed}};
 
 -- name: ops_rows
+-- With the rows retention=keep moved into outbox_published, published.
 SELECT id, event_id, topic, `key`, status, attempts, published_at IS NOT NULL
-FROM outbox_events ORDER BY id;
+FROM outbox_events
+UNION ALL
+SELECT id, event_id, topic, `key`, 'pending', attempts, 1 FROM outbox_published
+ORDER BY 1;
 
 -- name: ops_publish
--- Marks rows published and kept (retention=keep), as a relay leaves them.
+-- Marks rows published and kept (retention=keep), as a relay leaves rows whose payload is
+-- larger than retention_move_max_bytes.
 UPDATE outbox_events SET published_at = NOW(6) WHERE {{listed}};
