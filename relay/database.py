@@ -173,6 +173,16 @@ class DatabaseSettings(SettingsGroup):
             )
         return self
 
+    @model_validator(mode="after")
+    def _pooler_on_postgres(self) -> DatabaseSettings:
+        # A transaction pooler changes how Postgres sessions are set up; on MariaDB it
+        # would be silently ignored, and a proxy's pooling is not what the setting means.
+        if self.database_pooler != "none" and self.url.dialect == "mariadb":
+            raise ValueError(
+                "database_pooler applies to Postgres only: leave it at none on MariaDB"
+            )
+        return self
+
     @property
     def url(self) -> DatabaseUrl:
         return DatabaseUrl.parse(self.database_url.get_secret_value())

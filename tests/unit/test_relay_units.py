@@ -106,6 +106,14 @@ def test_a_mariadb_url_loads(scheme: str) -> None:
     assert settings.database.url.dialect == "mariadb"
 
 
+def test_a_transaction_pooler_is_refused_on_mariadb() -> None:
+    with pytest.raises(RelayConfigError, match="database_pooler applies to Postgres only"):
+        load_settings(
+            **{**GOOD, "database_url": "mysql://relay:pw@db/outbox"},
+            database_pooler="transaction",
+        )
+
+
 @pytest.mark.parametrize(
     ("override", "env"),
     [
