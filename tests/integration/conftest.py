@@ -11,8 +11,8 @@ import pytest
 from relay.store import Store
 from relay.transport import kafka as kafka_transport
 from tests.conftest import TopicFactory
-from tests.support.consumers import consumer_topics, prepare, with_effects
-from tests.support.db import Backend, mariadb_backend, postgres_backend, sqlite_backend
+from tests.support.consumers import consumer_topics, private_backend, with_effects
+from tests.support.db import Backend
 from tests.support.stores import opened_store
 
 
@@ -56,11 +56,7 @@ def pg(pg: Backend) -> Backend:
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
     """Each database adapter on each database it supports, on a private prepared database."""
     adapter, dialect = request.param
-    if dialect == "postgres":
-        return adapter, with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
-    if dialect == "mariadb":
-        return adapter, prepare(mariadb_backend(request.getfixturevalue("mariadb_url")))
-    return adapter, prepare(sqlite_backend(tmp_path / "consumer.sqlite3"))
+    return adapter, private_backend(request, dialect, tmp_path)
 
 
 @pytest.fixture

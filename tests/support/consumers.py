@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from cloudevents.core.v1.event import CloudEvent
@@ -102,6 +103,16 @@ def with_effects(backend: Backend) -> Backend:
     finally:
         conn.close()
     return backend
+
+
+def private_backend(request: pytest.FixtureRequest, dialect: str, folder: Path) -> Backend:
+    """A database of the test's own on the dialect, migrated, with consumer_effects (from
+    the fixtures of tests/conftest.py; SQLite: a file in `folder`)."""
+    if dialect == "postgres":
+        return with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
+    if dialect == "mariadb":
+        return prepare(mariadb_backend(request.getfixturevalue("mariadb_url")))
+    return prepare(sqlite_backend(folder / "consumer.sqlite3"))
 
 
 def backend_from(dialect: str, target: str) -> Backend:
