@@ -40,15 +40,20 @@ from consumer_lib import (
 )
 from consumer_lib.database import Handler
 from outbox_core.kafka_security import KafkaSecurity
-from outbox_core.queries import Dialect, parse_blocks, to_numbered
+from outbox_core.queries import Dialect, in_parameter_style, parse_blocks, to_numbered
 from tests.support.db import Backend, mariadb_backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, create_topics, delete_topics, read_topic, unique_topic_name
 from tests.support.processes import ChildProcess
 from tests.support.waits import until
 
 _SQL = Path(__file__).parent / "sql"
+_SHARED_SQL = (_SQL / "consumer_shared.sql").read_text()
 CONSUMER_SQL: dict[Dialect, dict[str, str]] = {
-    d: parse_blocks((_SQL / f"consumer_{d}.sql").read_text(), f"consumer_{d}.sql")
+    d: parse_blocks(
+        (_SQL / f"consumer_{d}.sql").read_text(),
+        f"consumer_{d}.sql",
+        shared=in_parameter_style(_SHARED_SQL, d),
+    )
     for d in ("postgres", "sqlite", "mariadb")
 }
 APP = "tests.support.consumer_app:build"
