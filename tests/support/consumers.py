@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from cloudevents.core.v1.event import CloudEvent
@@ -39,23 +40,28 @@ from consumer_lib import (
 )
 from consumer_lib.database import Handler
 from outbox_core.kafka_security import KafkaSecurity
-from outbox_core.queries import Dialect, parse_blocks, to_numbered
-from tests.support.db import Backend, postgres_backend, sqlite_backend
+from outbox_core.queries import Dialect, in_parameter_style, parse_blocks, to_numbered
+from tests.support.db import Backend, mariadb_backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, create_topics, delete_topics, read_topic, unique_topic_name
 from tests.support.processes import ChildProcess
 from tests.support.waits import until
 
 _SQL = Path(__file__).parent / "sql"
+_SHARED_SQL = (_SQL / "consumer_shared.sql").read_text()
 CONSUMER_SQL: dict[Dialect, dict[str, str]] = {
-    d: parse_blocks((_SQL / f"consumer_{d}.sql").read_text(), f"consumer_{d}.sql")
-    for d in ("postgres", "sqlite")
+    d: parse_blocks(
+        (_SQL / f"consumer_{d}.sql").read_text(),
+        f"consumer_{d}.sql",
+        shared=in_parameter_style(_SHARED_SQL, d),
+    )
+    for d in ("postgres", "sqlite", "mariadb")
 }
 APP = "tests.support.consumer_app:build"
 # What consumer_lib logs once it holds at least one partition.
 ASSIGNED = 'partitions assigned partitions=["TopicPartition'
 
 # sqlalchemy_async / sqlalchemy_sync run on the dialect's default driver (psycopg 3,
-# aiosqlite, sqlite3); sqlalchemy_asyncpg and sqlalchemy_psycopg2 are the same adapters on
+# aiosqlite, sqlite3; aiomysql and PyMySQL on MariaDB); sqlalchemy_asyncpg and sqlalchemy_psycopg2 are the same adapters on
 # those Postgres drivers.
 Adapter = Literal[
     "sqlalchemy_async",
@@ -104,9 +110,21 @@ def with_effects(backend: Backend) -> Backend:
     return backend
 
 
+def private_backend(request: pytest.FixtureRequest, dialect: str, folder: Path) -> Backend:
+    """A database of the test's own on the dialect, migrated, with consumer_effects (from
+    the fixtures of tests/conftest.py; SQLite: a file in `folder`)."""
+    if dialect == "postgres":
+        return with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
+    if dialect == "mariadb":
+        return prepare(mariadb_backend(request.getfixturevalue("mariadb_url")))
+    return prepare(sqlite_backend(folder / "consumer.sqlite3"))
+
+
 def backend_from(dialect: str, target: str) -> Backend:
     if dialect == "postgres":
         return postgres_backend(target)
+    if dialect == "mariadb":
+        return mariadb_backend(target)
     return sqlite_backend(Path(target))
 
 
@@ -128,6 +146,8 @@ def make_database(adapter: str, backend: Backend) -> Database:
 
         if backend.dialect == "sqlite":
             url = f"sqlite+aiosqlite:///{backend.target}"
+        elif backend.dialect == "mariadb":
+            url = backend.async_sqlalchemy_url
         return SqlAlchemyAsync(create_async_engine(url))
     if adapter in SYNC_ADAPTERS:
         from sqlalchemy import create_engine

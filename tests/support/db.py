@@ -11,6 +11,7 @@ import psycopg
 
 from outbox_core.migrate import migrate
 from outbox_core.queries import Dialect, parse_blocks
+from tests.support import mariadb
 
 _SQL = Path(__file__).parent / "sql"
 
@@ -23,6 +24,7 @@ COMMON = _load("inspect.sql")
 DIALECT_SQL: dict[Dialect, dict[str, str]] = {
     "postgres": _load("postgres_inspect.sql"),
     "sqlite": _load("sqlite_inspect.sql"),
+    "mariadb": _load("mariadb_inspect.sql"),
 }
 
 
@@ -30,22 +32,28 @@ DIALECT_SQL: dict[Dialect, dict[str, str]] = {
 class Backend:
     dialect: Dialect
     url: str  # a producer_lib database URL
-    target: str  # what the drivers connect to: libpq URL or file path
+    target: str  # what the drivers connect to: libpq URL, file path or mysql:// URL
 
     @property
     def sqlalchemy_url(self) -> str:
         if self.dialect == "postgres":
             return self.target.replace("postgresql://", "postgresql+psycopg://", 1)
+        if self.dialect == "mariadb":
+            return mariadb.sqlalchemy_url(self.target, "pymysql")
         return f"sqlite:///{self.target}"
 
     @property
     def async_sqlalchemy_url(self) -> str:
+        if self.dialect == "mariadb":
+            return mariadb.sqlalchemy_url(self.target, "aiomysql")
         return self.sqlalchemy_url
 
     def connect(self) -> Any:
         """A plain driver connection, not in autocommit: its first statement begins."""
         if self.dialect == "postgres":
             return psycopg.connect(self.target)
+        if self.dialect == "mariadb":
+            return mariadb.Session(self.target)
         return sqlite3.connect(self.target, timeout=30)
 
     def sql(self, name: str) -> str:
@@ -93,3 +101,8 @@ def postgres_backend(libpq_url: str) -> Backend:
 
 def sqlite_backend(path: Path) -> Backend:
     return Backend("sqlite", f"sqlite:///{path}", str(path))
+
+
+def mariadb_backend(url: str) -> Backend:
+    """A mysql:// URL of a database (tests.support.mariadb.MariaDatabases makes them)."""
+    return Backend("mariadb", url, url)

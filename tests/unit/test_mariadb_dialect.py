@@ -189,12 +189,8 @@ def test_scripts_split_outside_quotes_and_comments() -> None:
 
 
 def test_parts_not_on_mariadb_yet_refuse_it() -> None:
-    from consumer_lib.database import SqlAlchemySync
     from relay.config import load_settings
     from relay.errors import RelayConfigError
 
-    engine = sqlalchemy.create_engine("mysql+pymysql://u:p@db/x")
-    with pytest.raises(ConfigurationError, match="MariaDB is not supported by consumer_lib yet"):
-        SqlAlchemySync(engine)
     with pytest.raises(RelayConfigError, match="MariaDB is not supported by the relay yet"):
         load_settings(database_url="mysql://u:p@db/x", kafka_bootstrap_servers="k:9092")

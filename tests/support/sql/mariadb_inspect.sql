@@ -31,3 +31,6 @@ CREATE DATABASE {database} CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin;
 
 -- name: database_drop
 DROP DATABASE IF EXISTS {database};
+
+-- name: rewind_processed_events
+UPDATE processed_events SET processed_at = processed_at - INTERVAL %(s)s SECOND;
