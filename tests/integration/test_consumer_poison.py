@@ -62,14 +62,18 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend
 
 
 @pytest.fixture(
-    params=[("psycopg_async", "postgres"), ("sqlalchemy_sync", "mariadb")],
+    params=[
+        ("psycopg_async", "postgres"),
+        ("sqlalchemy_sync", "mariadb"),
+        ("sqlalchemy_async", "mariadb"),
+    ],
     ids=lambda p: f"{p[0]}-{p[1]}",
 )
 def keeping(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
     """The database a consumer keeps the dead letters Kafka refuses in, on each dialect
-    with a dead-letter table of its own statements. MariaDB through PyMySQL: aiomysql
-    0.3.2 cannot bind a bytes value (the record's key and value) under PyMySQL 1.2.3 and
-    later, which turned the helper it calls into a placeholder string."""
+    with a dead-letter table of its own statements, and on MariaDB through aiomysql too:
+    the record's key and value are bytes, which aiomysql cannot bind under PyMySQL 1.2.3
+    and later (aio-libs/aiomysql#1080; the project holds PyMySQL below it)."""
     adapter, dialect = request.param
     return adapter, private_backend(request, dialect, tmp_path)
 
