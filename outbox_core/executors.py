@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import sys
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -266,6 +267,20 @@ class PyMysqlExecutor:
             return _result(statement, list(cur.fetchall()), cur.description)
 
 
+def _escape_bytes(value: bytes) -> str:
+    return f"_binary X'{value.hex()}'"
+
+
+def repair_aiomysql() -> None:
+    """aiomysql 0.3.2 escapes a bytes parameter with PyMySQL's escape_bytes_prefixed, which
+    PyMySQL 1.2.3 and later keep only as a string placeholder: every payload failed with
+    "'str' object is not callable" (aio-libs/aiomysql#1080). Give aiomysql the function
+    back, in the form PyMySQL 1.2 itself sends bytes; a fixed aiomysql is left alone."""
+    connection: Any = sys.modules.get("aiomysql.connection")
+    if connection is not None and not callable(connection.escape_bytes_prefixed):
+        connection.escape_bytes_prefixed = _escape_bytes
+
+
 class AiomysqlExecutor:
     """On an aiomysql connection (MariaDB), with tuple rows as PyMysqlExecutor."""
 
@@ -273,6 +288,7 @@ class AiomysqlExecutor:
     driver: Driver = "aiomysql"
 
     def __init__(self, conn: Any) -> None:
+        repair_aiomysql()
         self.conn = conn
 
     async def run(self, statement: Statement) -> Rows:
@@ -383,6 +399,8 @@ class AsyncSqlAlchemyExecutor:
 
     def __init__(self, conn: Any) -> None:
         self.dialect, self.driver = sqlalchemy_driver(conn.sync_connection)
+        if self.driver == "aiomysql":
+            repair_aiomysql()
         self.conn = conn
 
     async def run(self, statement: Statement) -> Rows:

@@ -23,29 +23,48 @@ COMMON = _load("inspect.sql")
 DIALECT_SQL: dict[Dialect, dict[str, str]] = {
     "postgres": _load("postgres_inspect.sql"),
     "sqlite": _load("sqlite_inspect.sql"),
+    "mariadb": _load("mariadb_inspect.sql"),
 }
+# SQLAlchemy's URL scheme per dialect, sync and async (MariaDB: PyMySQL and aiomysql).
+_SQLALCHEMY_SCHEMES: dict[Dialect, tuple[str, str]] = {
+    "postgres": ("postgresql+psycopg://", "postgresql+psycopg://"),
+    "mariadb": ("mysql+pymysql://", "mysql+aiomysql://"),
+}
+
+
+def _run(conn: Any, sql: str, params: dict[str, Any]) -> Any:
+    """A cursor that ran sql: every driver here takes (sql, mapping) on a cursor."""
+    cursor = conn.cursor()
+    cursor.execute(sql, params)
+    return cursor
 
 
 @dataclass(frozen=True)
 class Backend:
     dialect: Dialect
     url: str  # a producer_lib database URL
-    target: str  # what the drivers connect to: libpq URL or file path
+    target: str  # what the drivers connect to: libpq URL, file path or mysql:// URL
 
     @property
     def sqlalchemy_url(self) -> str:
-        if self.dialect == "postgres":
-            return self.target.replace("postgresql://", "postgresql+psycopg://", 1)
-        return f"sqlite:///{self.target}"
+        if self.dialect == "sqlite":
+            return f"sqlite:///{self.target}"
+        return _SQLALCHEMY_SCHEMES[self.dialect][0] + self.target.split("://", 1)[1]
 
     @property
     def async_sqlalchemy_url(self) -> str:
-        return self.sqlalchemy_url
+        if self.dialect == "sqlite":
+            return f"sqlite+aiosqlite:///{self.target}"
+        return _SQLALCHEMY_SCHEMES[self.dialect][1] + self.target.split("://", 1)[1]
 
     def connect(self) -> Any:
         """A plain driver connection, not in autocommit: its first statement begins."""
         if self.dialect == "postgres":
             return psycopg.connect(self.target)
+        if self.dialect == "mariadb":
+            from tests.support.mariadb import connect
+
+            return connect(self.target)
         return sqlite3.connect(self.target, timeout=30)
 
     def sql(self, name: str) -> str:
@@ -54,7 +73,7 @@ class Backend:
     def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         conn = self.connect()
         try:
-            rows = conn.execute(self.sql(name), params or {}).fetchall()
+            rows = _run(conn, self.sql(name), params or {}).fetchall()
             conn.commit()
             return [tuple(r) for r in rows]
         finally:
@@ -63,7 +82,7 @@ class Backend:
     def execute(self, name: str, params: dict[str, Any] | None = None) -> None:
         conn = self.connect()
         try:
-            conn.execute(self.sql(name), params or {})
+            _run(conn, self.sql(name), params or {})
             conn.commit()
         finally:
             conn.close()
@@ -75,7 +94,7 @@ class Backend:
         try:
             for name, sql in DIALECT_SQL[self.dialect].items():
                 if name.startswith("rewind_"):
-                    conn.execute(sql, {"s": seconds})
+                    _run(conn, sql, {"s": seconds})
             conn.commit()
         finally:
             conn.close()
@@ -93,3 +112,7 @@ def postgres_backend(libpq_url: str) -> Backend:
 
 def sqlite_backend(path: Path) -> Backend:
     return Backend("sqlite", f"sqlite:///{path}", str(path))
+
+
+def mariadb_backend(url: str) -> Backend:
+    return Backend("mariadb", url, url)
