@@ -277,7 +277,6 @@ async def test_async_no_transaction_is_refused(orders: Backend) -> None:
     finally:
         await conn.close()
     import asyncpg
-    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
     raw = await asyncpg.connect(orders.target)  # asyncpg commits each statement by itself
     try:
@@ -285,24 +284,11 @@ async def test_async_no_transaction_is_refused(orders: Backend) -> None:
             await Outbox().emit_async(raw, **emit_kwargs())
     finally:
         await raw.close()
-    engine = create_async_engine(
-        sqlalchemy_url(orders, "sa_asyncpg_connection"), isolation_level="AUTOCOMMIT"
-    )
-    try:
-        async with engine.connect() as sa_conn:
-            with pytest.raises(NoTransaction):
-                await Outbox().emit_async(sa_conn, **emit_kwargs())
-        async with AsyncSession(engine) as session:
-            with pytest.raises(NoTransaction):
-                await Outbox().emit_async(session, **emit_kwargs())
-    finally:
-        await engine.dispose()
+    await _async_autocommit_refused(sqlalchemy_url(orders, "sa_asyncpg_connection"))
     assert orders.scalar("outbox_count") == 0
 
 
 async def _async_no_transaction_on_mariadb(orders: Backend) -> None:
-    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-
     from producer_lib import NoTransaction
 
     raw = await connect_aiomysql(orders)
@@ -312,7 +298,17 @@ async def _async_no_transaction_on_mariadb(orders: Backend) -> None:
             await Outbox().emit_async(raw, **emit_kwargs())
     finally:
         raw.close()
-    engine = create_async_engine(orders.async_sqlalchemy_url, isolation_level="AUTOCOMMIT")
+    await _async_autocommit_refused(orders.async_sqlalchemy_url)
+    assert orders.scalar("outbox_count") == 0
+
+
+async def _async_autocommit_refused(url: str) -> None:
+    """An AsyncConnection and an AsyncSession of an AUTOCOMMIT engine are refused."""
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    from producer_lib import NoTransaction
+
+    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as sa_conn:
             with pytest.raises(NoTransaction):
@@ -322,7 +318,6 @@ async def _async_no_transaction_on_mariadb(orders: Backend) -> None:
                 await Outbox().emit_async(session, **emit_kwargs())
     finally:
         await engine.dispose()
-    assert orders.scalar("outbox_count") == 0
 
 
 def test_unsupported_connections_are_refused(orders: Backend) -> None:

@@ -33,7 +33,11 @@ _SQLALCHEMY_SCHEMES: dict[Dialect, tuple[str, str]] = {
 
 
 def _run(conn: Any, sql: str, params: dict[str, Any]) -> Any:
-    """A cursor that ran sql: every driver here takes (sql, mapping) on a cursor."""
+    """A cursor that ran sql. psycopg and sqlite3 run it on the connection (a cursor of
+    sqlite3's own, held by a failed statement's traceback, would keep the file locked);
+    PyMySQL only on a cursor."""
+    if hasattr(conn, "execute"):
+        return conn.execute(sql, params)
     cursor = conn.cursor()
     cursor.execute(sql, params)
     return cursor
