@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from tests.support import kafka as kafka_support
 from tests.support import redis as redis_support
 from tests.support import timings
-from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.db import Backend, mariadb_backend, postgres_backend, sqlite_backend
 from tests.support.mariadb import MariaDatabases, mariadb_admin_url
 from tests.support.postgres import Databases, worker_id
 from tests.support.services import kafka_bootstrap_servers, postgres_admin_url
@@ -134,22 +134,48 @@ def full_size(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--full"))
 
 
+def _empty(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "postgres":
+        return postgres_backend(request.getfixturevalue("pg_url"))
+    if request.param == "mariadb":
+        return mariadb_backend(request.getfixturevalue("mariadb_url"))
+    return sqlite_backend(tmp_path / "outbox.sqlite3")
+
+
+def _migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "postgres":
+        return postgres_backend(request.getfixturevalue("migrated_pg_url"))
+    made = _empty(request, tmp_path)
+    made.migrate()
+    return made
+
+
 @pytest.fixture(params=["postgres", "sqlite"])
 def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A private, unmigrated database of each kind: the scenario runs once per backend."""
-    if request.param == "postgres":
-        return postgres_backend(request.getfixturevalue("pg_url"))
-    return sqlite_backend(tmp_path / "outbox.sqlite3")
+    return _empty(request, tmp_path)
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A private database of each kind with every migration applied."""
-    if request.param == "postgres":
-        return postgres_backend(request.getfixturevalue("migrated_pg_url"))
-    migrated = sqlite_backend(tmp_path / "outbox.sqlite3")
-    migrated.migrate()
-    return migrated
+    return _migrated(request, tmp_path)
+
+
+# The databases producer_lib emits to; the relay's store and consumer_lib run on `backend`'s.
+EMIT_DIALECTS = ["postgres", "sqlite", "mariadb"]
+
+
+@pytest.fixture(params=EMIT_DIALECTS)
+def emit_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A private database of each kind producer_lib emits to, every migration applied."""
+    return _migrated(request, tmp_path)
+
+
+@pytest.fixture(params=EMIT_DIALECTS)
+def empty_emit_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A private, unmigrated database of each kind producer_lib emits to."""
+    return _empty(request, tmp_path)
 
 
 @pytest.fixture(scope="session")

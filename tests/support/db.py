@@ -28,6 +28,17 @@ DIALECT_SQL: dict[Dialect, dict[str, str]] = {
 }
 
 
+def _run(conn: Any, sql: str, params: dict[str, Any]) -> Any:
+    """A cursor that ran sql. psycopg and sqlite3 run it on the connection (a cursor of
+    sqlite3's own, held by a failed statement's traceback, would keep the file locked);
+    PyMySQL only on a cursor."""
+    if hasattr(conn, "execute"):
+        return conn.execute(sql, params)
+    cursor = conn.cursor()
+    cursor.execute(sql, params)
+    return cursor
+
+
 @dataclass(frozen=True)
 class Backend:
     dialect: Dialect
@@ -62,7 +73,7 @@ class Backend:
     def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         conn = self.connect()
         try:
-            rows = conn.execute(self.sql(name), params or {}).fetchall()
+            rows = _run(conn, self.sql(name), params or {}).fetchall()
             conn.commit()
             return [tuple(r) for r in rows]
         finally:
@@ -71,7 +82,7 @@ class Backend:
     def execute(self, name: str, params: dict[str, Any] | None = None) -> None:
         conn = self.connect()
         try:
-            conn.execute(self.sql(name), params or {})
+            _run(conn, self.sql(name), params or {})
             conn.commit()
         finally:
             conn.close()
@@ -83,7 +94,7 @@ class Backend:
         try:
             for name, sql in DIALECT_SQL[self.dialect].items():
                 if name.startswith("rewind_"):
-                    conn.execute(sql, {"s": seconds})
+                    _run(conn, sql, {"s": seconds})
             conn.commit()
         finally:
             conn.close()

@@ -34,3 +34,47 @@ DROP DATABASE IF EXISTS {database};
 
 -- name: rewind_processed_events
 UPDATE processed_events SET processed_at = processed_at - INTERVAL %(s)s SECOND;
+
+-- Read-back queries of the emit tests: inspect.sql's, with `key` quoted (a reserved word
+-- here) and times in UTC.
+
+-- name: test_order_insert
+INSERT INTO test_orders (id, customer) VALUES (%(id)s, %(customer)s);
+
+-- name: outbox_rows
+SELECT id, event_id, topic, `key`, shard, event_type, payload, headers, attempts, status,
+       published_at, last_error
+FROM outbox_events ORDER BY id;
+
+-- name: outbox_row_tenants
+SELECT id, `key`, tenant FROM outbox_events ORDER BY id;
+
+-- name: outbox_delays
+SELECT `key`, TIMESTAMPDIFF(MICROSECOND, created_at, available_at) / 1e6, available_at
+FROM outbox_events ORDER BY id;
+
+-- name: outbox_created_lag
+-- Seconds between each row's created_at and the server's UTC clock now.
+SELECT TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) / 1e6 FROM outbox_events
+ORDER BY id;
+
+-- name: key_locks_count
+SELECT count(*), min(slot), max(slot) FROM outbox_key_locks;
+
+-- name: key_locks_clear
+-- As a schema made by hand without the slot rows.
+DELETE FROM outbox_key_locks;
+
+-- name: key_lock_take
+-- A writer of another key holding its slot; NOWAIT: error 1205/3572-like at once if taken.
+SELECT slot FROM outbox_key_locks WHERE slot = %(slot)s FOR UPDATE NOWAIT;
+
+-- name: session_time_zone_set
+SET SESSION time_zone = '+05:00';
+
+-- name: session_repeatable_read
+SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+
+-- name: snapshot_open
+-- Takes the REPEATABLE READ snapshot (the first consistent read of a transaction).
+SELECT count(*) FROM outbox_settings;
