@@ -38,11 +38,7 @@ def database(backend: Backend, level: str) -> SqlAlchemySync:
 
 
 def lock_waits(backend: Backend) -> int:
-    conn = backend.connect()
-    try:
-        return int(conn.execute(consumer_sql("mariadb", "lock_waits")).fetchall()[0][0])
-    finally:
-        conn.close()
+    return int(backend.run(consumer_sql("mariadb", "lock_waits"))[0][0])
 
 
 class Holder:

@@ -101,12 +101,7 @@ def prepare(backend: Backend) -> Backend:
 
 def with_effects(backend: Backend) -> Backend:
     """A migrated database plus consumer_effects, the table the test handlers write."""
-    conn = backend.connect()
-    try:
-        conn.execute(consumer_sql(backend.dialect, "effects_create"))
-        conn.commit()
-    finally:
-        conn.close()
+    backend.run(consumer_sql(backend.dialect, "effects_create"))
     return backend
 
 
@@ -303,13 +298,7 @@ class Effect:
 
 
 def _fetch(backend: Backend, name: str, params: dict[str, Any] | None = None) -> list[Any]:
-    conn = backend.connect()
-    try:
-        rows = conn.execute(consumer_sql(backend.dialect, name), params or {}).fetchall()
-        conn.commit()
-        return list(rows)
-    finally:
-        conn.close()
+    return backend.run(consumer_sql(backend.dialect, name), params)
 
 
 def effects(backend: Backend, *, before: Any = None) -> list[Effect]:
@@ -332,15 +321,10 @@ def processed_ids(backend: Backend, group: str) -> set[str]:
 
 def backdate_processed(backend: Backend, group: str, seconds: float) -> None:
     """The group's processed_events rows, made `seconds` older."""
-    conn = backend.connect()
-    try:
-        conn.execute(
-            consumer_sql(backend.dialect, "processed_event_backdate"),
-            {"consumer_group": group, "seconds": seconds},
-        )
-        conn.commit()
-    finally:
-        conn.close()
+    backend.run(
+        consumer_sql(backend.dialect, "processed_event_backdate"),
+        {"consumer_group": group, "seconds": seconds},
+    )
 
 
 @dataclass(frozen=True)

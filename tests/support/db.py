@@ -35,7 +35,7 @@ def _run(conn: Any, sql: str, params: dict[str, Any]) -> Any:
     if hasattr(conn, "execute"):
         return conn.execute(sql, params)
     cursor = conn.cursor()
-    cursor.execute(sql, params)
+    cursor.execute(sql, params or None)  # no parameters, no formatting: a literal % stays
     return cursor
 
 
@@ -57,6 +57,8 @@ class Backend:
     def async_sqlalchemy_url(self) -> str:
         if self.dialect == "mariadb":
             return mariadb.sqlalchemy_url(self.target, "aiomysql")
+        if self.dialect == "sqlite":
+            return f"sqlite+aiosqlite:///{self.target}"
         return self.sqlalchemy_url
 
     def connect(self) -> Any:
@@ -64,28 +66,28 @@ class Backend:
         if self.dialect == "postgres":
             return psycopg.connect(self.target)
         if self.dialect == "mariadb":
-            return mariadb.Session(self.target)
+            return mariadb.connect(self.target)  # raw PyMySQL: emit takes it as a caller's
         return sqlite3.connect(self.target, timeout=30)
 
     def sql(self, name: str) -> str:
         return DIALECT_SQL[self.dialect].get(name) or COMMON[name]
 
-    def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    def run(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Runs one statement in a transaction of its own; its rows, if it returns any."""
         conn = self.connect()
         try:
-            rows = _run(conn, self.sql(name), params or {}).fetchall()
+            cursor = _run(conn, sql, params or {})
+            rows = cursor.fetchall() if cursor.description else []
             conn.commit()
             return [tuple(r) for r in rows]
         finally:
             conn.close()
 
+    def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        return self.run(self.sql(name), params)
+
     def execute(self, name: str, params: dict[str, Any] | None = None) -> None:
-        conn = self.connect()
-        try:
-            _run(conn, self.sql(name), params or {})
-            conn.commit()
-        finally:
-            conn.close()
+        self.run(self.sql(name), params)
 
     def rewind(self, seconds: float) -> None:
         """Moves every clock column of the outbox tables back by `seconds`: to the relay and

@@ -53,26 +53,6 @@ def sqlalchemy_url(url: str, driver: str) -> str:
     return url.replace("mysql://", f"mysql+{driver}://", 1) + "?charset=utf8mb4"
 
 
-class Session:
-    """A PyMySQL connection in the shape the tests' helpers use on the other databases
-    (psycopg's and sqlite3's): execute() returns the cursor. Not in autocommit."""
-
-    def __init__(self, url: str) -> None:
-        self._conn = connect(url)
-
-    def execute(self, sql: str, params: Any = None) -> Any:
-        cursor = self._conn.cursor()
-        # No parameters, no formatting: a literal % stays as it is.
-        cursor.execute(sql, params or None)
-        return cursor
-
-    def commit(self) -> None:
-        self._conn.commit()
-
-    def close(self) -> None:
-        self._conn.close()
-
-
 def quote_name(name: str) -> str:
     """`name` as a MariaDB identifier, whatever it holds."""
     return "`" + name.replace("`", "``") + "`"
