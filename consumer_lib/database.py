@@ -2,10 +2,11 @@
 partition's records), with the dedup insert in it.
 
 One Protocol (Database) and four implementations, chosen by what the handler wants:
-an AsyncSession (SqlAlchemyAsync: psycopg, asyncpg or aiosqlite underneath), a sync
-Session run in a worker thread (SqlAlchemySync: psycopg, psycopg2 or sqlite3), a psycopg
-AsyncConnection from a pool (PsycopgAsync), or Django's connection inside
-transaction.atomic() in a worker thread (DjangoSync), so a handler writes with the ORM.
+an AsyncSession (SqlAlchemyAsync: psycopg, asyncpg, aiosqlite or aiomysql underneath), a
+sync Session run in a worker thread (SqlAlchemySync: psycopg, psycopg2, sqlite3 or
+PyMySQL), a psycopg AsyncConnection from a pool (PsycopgAsync), or Django's connection
+inside transaction.atomic() in a worker thread (DjangoSync), so a handler writes with the
+ORM.
 Each opens one session or connection per Work, never one per event.
 """
 
@@ -22,7 +23,7 @@ from consumer_lib.dead_letters import DeadLetterRow
 from consumer_lib.errors import is_transient
 from consumer_lib.work import Handler, Job, Work, run_async, run_sync
 from outbox_core.codec import codec_for
-from outbox_core.database_url import Dialect, supported
+from outbox_core.database_url import Dialect
 from outbox_core.driver_errors import classify
 from outbox_core.executors import (
     AsyncPsycopgExecutor,
@@ -47,9 +48,6 @@ __all__ = [
     "Work",
     "is_transient",
 ]
-
-# The databases consumer_lib records processed events in (MariaDB: not yet).
-CONSUMER_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
 
 
 class Database(Protocol):
@@ -146,9 +144,7 @@ class SqlAlchemyAsync(_Adapter):
         from sqlalchemy.ext.asyncio import async_sessionmaker
 
         self.engine = engine
-        self.dialect = supported(
-            sqlalchemy_dialect(engine.sync_engine), "consumer_lib", CONSUMER_DIALECTS
-        )
+        self.dialect = sqlalchemy_dialect(engine.sync_engine)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     def secrets(self) -> list[str]:
@@ -181,7 +177,7 @@ class SqlAlchemySync(_Adapter):
         from sqlalchemy.orm import sessionmaker
 
         self.engine = engine
-        self.dialect = supported(sqlalchemy_dialect(engine), "consumer_lib", CONSUMER_DIALECTS)
+        self.dialect = sqlalchemy_dialect(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     def secrets(self) -> list[str]:

@@ -2,7 +2,8 @@
 the dedup statement that records their event_ids together.
 
 Every adapter runs a Work the same way: in one transaction, run `dedup()` (when there is
-one), hand its rows to `calls()`, make those calls in order with its session, commit. A
+one; on MariaDB again after a duplicate key, see `dedup_again`), hand its rows to
+`calls()`, make those calls in order with its session, commit. A
 Work of one event is the per-record path; a Work of many is a batch. Each handler call runs
 in the CONSUMER span of its event (consumer_lib.tracing); a bulk call in its first event's.
 """
@@ -18,6 +19,7 @@ from consumer_lib.event import ConsumedEvent
 from consumer_lib.tracing import process_span, tracing
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
+from outbox_core.errors import UniqueViolation
 from outbox_core.executors import AsyncExecutor, Rows, Statement, SyncExecutor
 from outbox_core.logs import trace_scope
 
@@ -58,6 +60,19 @@ class Work:
         params = {"consumer_group": self.group, "event_ids": codec_for(dialect).array(ids)}
         return Statement("processed_event_insert_batch", params)
 
+    def dedup_again(self, dialect: Dialect, failures: int) -> bool:
+        """Whether to run the dedup statement again in the same transaction after it failed
+        on a duplicate key `failures` times.
+
+        Only MariaDB's can (at READ COMMITTED: it skips the rows committed when it began, and
+        a concurrent transaction's row committed after that fails the insert; ON CONFLICT
+        waits for that outcome instead). Only the statement rolled back, and the next run
+        skips the row. Each failure is an id that became visible, so more failures than
+        ids mean a duplicate the statement cannot see (an id the key stores differently),
+        which is the record's failure.
+        """
+        return dialect == "mariadb" and failures <= len(self.jobs)
+
     def calls(self, recorded: Rows) -> list[Call]:
         """The handler calls to make, in order: one per event recorded now (an event_id
         twice in the work runs once, the first time), consecutive events of one bulk
@@ -95,10 +110,35 @@ def _span(call: Call, group: str, traced: bool) -> contextlib.AbstractContextMan
     return _UNTRACED  # no SDK set up, or Database.apply called directly with any event
 
 
+async def _record_async(work: Work, executor: AsyncExecutor) -> Rows:
+    dedup = work.dedup(executor.dialect)
+    failures = 0
+    while dedup is not None:
+        try:
+            return await executor.run(dedup)
+        except UniqueViolation:
+            failures += 1
+            if not work.dedup_again(executor.dialect, failures):
+                raise
+    return []
+
+
+def _record_sync(work: Work, executor: SyncExecutor) -> Rows:
+    dedup = work.dedup(executor.dialect)
+    failures = 0
+    while dedup is not None:
+        try:
+            return executor.run(dedup)
+        except UniqueViolation:
+            failures += 1
+            if not work.dedup_again(executor.dialect, failures):
+                raise
+    return []
+
+
 async def run_async(work: Work, executor: AsyncExecutor, session: Any) -> None:
     """The work inside the caller's open transaction, on an async session or connection."""
-    dedup = work.dedup(executor.dialect)
-    recorded = await executor.run(dedup) if dedup is not None else []
+    recorded = await _record_async(work, executor)
     traced = tracing()
     for call in work.calls(recorded):
         with _span(call, work.group, traced):
@@ -109,8 +149,7 @@ async def run_async(work: Work, executor: AsyncExecutor, session: Any) -> None:
 
 def run_sync(work: Work, executor: SyncExecutor, session: Any) -> None:
     """The work inside the caller's open transaction, on a sync session (a worker thread)."""
-    dedup = work.dedup(executor.dialect)
-    recorded = executor.run(dedup) if dedup is not None else []
+    recorded = _record_sync(work, executor)
     traced = tracing()
     for call in work.calls(recorded):
         with _span(call, work.group, traced):

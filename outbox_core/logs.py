@@ -31,8 +31,11 @@ except ImportError:  # the otel extra is optional
     _trace = None  # type: ignore[assignment]
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+# The secret runs to the last "@" of the authority: a password with a raw "@" in it
+# ("p@ss") is parsed that way by libpq and PyMySQL, and must be hidden whole.
 _URL_PASSWORD = re.compile(
-    r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^@\s]*)(?P<tail>@)"
+    r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^\s]*?)(?P<tail>@)"
+    r"(?=[^@\s/?#]*(?:[/?#\s]|$))"
 )
 _PAIR_PASSWORD = re.compile(
     r"(?P<head>\b(?:password|passwd|pwd|sasl_password|sasl\.password)\s*[=:]\s*['\"]?)(?P<secret>[^'\"\s&;,]+)",

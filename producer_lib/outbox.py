@@ -15,7 +15,7 @@ from outbox_core.migrate import DEFAULT_SHARD_COUNT
 from outbox_core.sharding import DEFAULT_LOCK_NAMESPACE, MAX_SHARDS, shard_for
 from producer_lib.emitter import emits, emits_async
 from producer_lib.errors import ConfigurationError, DuplicateEventId
-from producer_lib.events import Event, EventRow, prepare
+from producer_lib.events import MAX_IDEMPOTENCY_KEY_CHARS, Event, EventRow, prepare
 from producer_lib.plans import WriteOptions, database_shard_count, emit_many, emit_one
 from producer_lib.serialization import JsonSerializer, Serializer
 from producer_lib.transactions import async_executor, sync_executor
@@ -34,9 +34,10 @@ class Outbox:
     shard_count is the database's (outbox_settings, read on the first emit): leave it
     out. Given, it must equal the database's (checked once per Outbox: ShardCountMismatch).
     Either way it is read once, so one Outbox serves one outbox database.
-    per_key_lock (Postgres) makes events of one (topic, key) commit in id order by taking
-    a transaction-scoped advisory lock at emit: writers of the same key queue behind each
-    other until commit. Turn it off only when one writer per key is guaranteed otherwise.
+    per_key_lock makes events of one (topic, key) commit in id order by taking a lock at
+    emit, held to commit (Postgres: a transaction-scoped advisory lock; MariaDB: the key's
+    row of outbox_key_locks): writers of the same key queue behind each other until
+    commit. Turn it off only when one writer per key is guaranteed otherwise.
     notify_channel (Postgres) adds a NOTIFY hint for relays run with listen_notify: one
     per transaction and shard, folded by Postgres. It is off by default: NOTIFY takes a
     global lock at commit, which costs throughput under many concurrent writers.
@@ -61,8 +62,13 @@ class Outbox:
             raise ConfigurationError(f"shard_count must be an int in 1..{MAX_SHARDS}")
         if not isinstance(max_event_bytes, int) or max_event_bytes < 1024:
             raise ConfigurationError("max_event_bytes must be an int of at least 1024")
-        if not isinstance(idempotency_scope, str) or not idempotency_scope:
-            raise ConfigurationError("idempotency_scope must be a non-empty str")
+        if (
+            not isinstance(idempotency_scope, str)
+            or not 1 <= len(idempotency_scope) <= MAX_IDEMPOTENCY_KEY_CHARS
+        ):
+            raise ConfigurationError(
+                f"idempotency_scope must be a str of 1-{MAX_IDEMPOTENCY_KEY_CHARS} characters"
+            )
         if not -(2**31) <= lock_namespace < 2**31:
             raise ConfigurationError("lock_namespace must fit a signed 32-bit int")
         if notify_channel is not None and not _CHANNEL.match(notify_channel):

@@ -2,7 +2,7 @@
 
 A plan (outbox_core.executors.Plan) yields Statements, receives the rows each returned,
 and finally returns its result; the executor of the caller's connection runs it
-(transactions.py), so the same plan serves sync and async code, Postgres and SQLite.
+(transactions.py), so the same plan serves sync and async code and every dialect.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 from outbox_core.codec import codec_for
 from outbox_core.database_url import Dialect
 from outbox_core.executors import Plan, Statement
-from outbox_core.sharding import lock_key
-from producer_lib.errors import ConfigurationError, ShardCountMismatch
+from outbox_core.sharding import KEY_LOCK_SLOTS, key_lock_slot, lock_key
+from producer_lib.errors import ConfigurationError, MigrationError, ShardCountMismatch
 from producer_lib.events import EventRow
 from producer_lib.idempotency import reused
 
@@ -45,7 +45,9 @@ def row_params(row: EventRow, dialect: Dialect, opts: WriteOptions) -> dict[str,
         "delay_s": codec.seconds(row.delay_s),
         "tenant": row.tenant,
     }
-    if dialect == "postgres":  # SQLite has one writer at a time: no lock, no hint
+    # SQLite has one writer at a time: no lock, no hint. MariaDB locks in a statement of
+    # its own (lock_keys).
+    if dialect == "postgres":
         params["lock_ns"] = opts.lock_namespace
         params["lock_key"] = lock_key(row.topic, row.key) if opts.per_key_lock else None
         params["notify_channel"] = opts.notify_channel
@@ -87,8 +89,26 @@ def emit_one(row: EventRow, dialect: Dialect, opts: WriteOptions) -> Plan:
             existing = yield Statement("idempotency_get", key_params)
             stored_hash, stored_id = existing[0]
             return reused(row, stored_hash, stored_id)
+    if dialect == "mariadb" and opts.per_key_lock:
+        yield from lock_keys([row])
     yield Statement(_insert_query(dialect, opts), row_params(row, dialect, opts))
     return row.event_id
+
+
+def lock_keys(rows: Sequence[EventRow]) -> Plan:
+    """MariaDB: lock the rows' slots of outbox_key_locks, in ascending order, until the
+    caller's transaction ends, so that writers of one key draw their AUTO_INCREMENT ids in
+    commit order (docs/decisions/0027-mariadb-per-key-order.md). A statement of its own,
+    before the insert: an INSERT ... SELECT that waited for the lock would hold the
+    table's AUTO_INCREMENT lock while it waited, and every writer would queue behind it."""
+    slots = sorted({key_lock_slot(r.topic, r.key) for r in rows})
+    locked = yield Statement("outbox_key_locks_take", {"slots": codec_for("mariadb").array(slots)})
+    if len(locked) != len(slots):
+        # Without its row a key would go unlocked, and its order unguarded, silently.
+        raise MigrationError(
+            f"outbox_key_locks lacks some of its {KEY_LOCK_SLOTS} slots: run the migrations "
+            "(outbox-relay migrate)"
+        )
 
 
 def _insert_query(dialect: Dialect, opts: WriteOptions) -> str:
@@ -110,7 +130,11 @@ def emit_many(rows: Sequence[EventRow], dialect: Dialect, opts: WriteOptions) ->
         return results
     if opts.check_shard_count:
         yield from check_shard_count(opts)
-    if dialect == "sqlite":
+    if dialect != "postgres":
+        # No array parameters: the one-event insert, run per event (sqlite3 in process;
+        # PyMySQL folds the runs into one multi-row INSERT, its ids in the caller's order).
+        if dialect == "mariadb" and opts.per_key_lock:
+            yield from lock_keys(rows)
         yield Statement("outbox_insert", [row_params(r, dialect, opts) for r in rows], many=True)
         return [r.event_id for r in rows]
     yield Statement(

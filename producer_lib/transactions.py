@@ -1,8 +1,9 @@
 """The caller's connection, as an executor that joins its open transaction.
 
 Supported: SQLAlchemy Session, Connection, AsyncSession and AsyncConnection (psycopg 3,
-psycopg2, asyncpg or sqlite3 underneath); a raw psycopg 3 Connection or AsyncConnection,
-a psycopg2 connection, an asyncpg Connection and an sqlite3.Connection; Django's
+psycopg2, asyncpg, sqlite3, PyMySQL or aiomysql underneath); a raw psycopg 3 Connection or
+AsyncConnection, a psycopg2 connection, an asyncpg Connection, an sqlite3.Connection and a
+PyMySQL or aiomysql connection (MariaDB, MySQL); Django's
 connection (`django.db.connection` or `connections[alias]`, Postgres backend) inside
 `transaction.atomic()`. emit never commits, so a connection that would commit each
 statement by itself (autocommit, no transaction begun) is refused with NoTransaction: the
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session
 from outbox_core.database_url import Dialect, supported
 from outbox_core.errors import NoTransaction, UnsupportedConnection
 from outbox_core.executors import (
+    AiomysqlExecutor,
     AsyncExecutor,
     AsyncpgExecutor,
     AsyncPsycopgExecutor,
@@ -32,13 +34,16 @@ from outbox_core.executors import (
     DjangoExecutor,
     Psycopg2Executor,
     PsycopgExecutor,
+    PyMysqlExecutor,
     SqlAlchemyExecutor,
     SqliteExecutor,
     SyncExecutor,
 )
 
-# The databases emit writes to (MariaDB: the outbox's schema and migrations, not yet emit).
-EMIT_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
+# The databases emit writes to.
+EMIT_DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite", "mariadb")
+# PyMySQL's server_status flag of an open transaction (pymysql.constants.SERVER_STATUS).
+_MYSQL_IN_TRANS = 1
 
 
 def _module(name: str) -> Any:
@@ -87,6 +92,22 @@ def _require_asyncpg_transaction(conn: Any) -> None:
         )
 
 
+def _require_mysql_transaction(conn: Any) -> None:
+    """PyMySQL and aiomysql: refused in autocommit mode outside BEGIN, and on a connection
+    whose character set is not utf8mb4 (the schema's): another would fail on, or silently
+    replace, the characters it cannot encode."""
+    if conn.get_autocommit() and not conn.server_status & _MYSQL_IN_TRANS:
+        raise NoTransaction(
+            "MySQL connection is in autocommit mode outside a transaction: call "
+            "`conn.begin()` (or connect with autocommit off) so the event commits with your write"
+        )
+    if conn.charset != "utf8mb4":
+        raise UnsupportedConnection(
+            f"MySQL connection uses the character set {conn.charset!r}: connect with "
+            "charset='utf8mb4', the outbox's"
+        )
+
+
 def _require_django_transaction(wrapper: Any) -> None:
     if wrapper.get_autocommit() and not wrapper.in_atomic_block:
         raise NoTransaction(
@@ -95,12 +116,14 @@ def _require_django_transaction(wrapper: Any) -> None:
         )
 
 
-def _require_sqlalchemy_transaction(sync_conn: Any) -> None:
+def _require_sqlalchemy_transaction(sync_conn: Any, dialect: Dialect) -> None:
     if sync_conn._is_autocommit_isolation():
         raise NoTransaction(
             "SQLAlchemy connection uses AUTOCOMMIT isolation: the event could not commit "
             "atomically with your write"
         )
+    if dialect == "mariadb":
+        _require_mysql_transaction(sync_conn.connection.driver_connection)
 
 
 def _django_wrapper(target: object) -> Any:
@@ -116,9 +139,9 @@ def _django_wrapper(target: object) -> Any:
 
 def _supported() -> str:
     return (
-        "a SQLAlchemy Session/Connection, a psycopg or psycopg2 connection, an sqlite3 "
-        "Connection or Django's connection (async: AsyncSession/AsyncConnection, a psycopg "
-        "AsyncConnection or an asyncpg Connection)"
+        "a SQLAlchemy Session/Connection, a psycopg, psycopg2 or PyMySQL connection, an "
+        "sqlite3 Connection or Django's connection (async: AsyncSession/AsyncConnection, a "
+        "psycopg AsyncConnection, an asyncpg Connection or an aiomysql connection)"
     )
 
 
@@ -128,6 +151,7 @@ def _is_async(target: object) -> bool:
         or _instance(target, "psycopg", "AsyncConnection")
         or _instance(target, "asyncpg", "Connection")
         or _instance(target, "asyncpg.pool", "PoolConnectionProxy")
+        or _instance(target, "aiomysql.connection", "Connection")
     )
 
 
@@ -141,6 +165,9 @@ def sync_executor(target: object) -> SyncExecutor:
     if isinstance(target, sqlite3.Connection):
         _require_sqlite_transaction(target)
         return SqliteExecutor(target)
+    if _instance(target, "pymysql.connections", "Connection"):
+        _require_mysql_transaction(target)
+        return PyMysqlExecutor(target)
     if isinstance(target, Session):
         if not target.in_transaction() and not target.autobegin:
             raise NoTransaction("SQLAlchemy Session has autobegin off and no transaction begun")
@@ -148,7 +175,7 @@ def sync_executor(target: object) -> SyncExecutor:
     if isinstance(target, Connection):
         executor = SqlAlchemyExecutor(target)  # refuses an unsupported dialect first
         supported(executor.dialect, "producer_lib", EMIT_DIALECTS)
-        _require_sqlalchemy_transaction(target)
+        _require_sqlalchemy_transaction(target, executor.dialect)
         return executor
     wrapper = _django_wrapper(target)
     if wrapper is not None:
@@ -171,6 +198,9 @@ async def async_executor(target: object) -> AsyncExecutor:
     ):
         _require_asyncpg_transaction(target)
         return AsyncpgExecutor(target)
+    if _instance(target, "aiomysql.connection", "Connection"):
+        _require_mysql_transaction(target)
+        return AiomysqlExecutor(target)
     if isinstance(target, AsyncSession):
         if not target.in_transaction() and not target.sync_session.autobegin:
             raise NoTransaction(
@@ -180,10 +210,10 @@ async def async_executor(target: object) -> AsyncExecutor:
     if isinstance(target, AsyncConnection):
         executor = AsyncSqlAlchemyExecutor(target)
         supported(executor.dialect, "producer_lib", EMIT_DIALECTS)
-        _require_sqlalchemy_transaction(target.sync_connection)
+        _require_sqlalchemy_transaction(target.sync_connection, executor.dialect)
         return executor
     raise UnsupportedConnection(
         f"cannot emit_async on {type(target).__name__}: pass an AsyncSession, an "
-        "AsyncConnection, a psycopg AsyncConnection or an asyncpg Connection (sync "
-        "connections use emit)"
+        "AsyncConnection, a psycopg AsyncConnection, an asyncpg Connection or an aiomysql "
+        "connection (sync connections use emit)"
     )

@@ -140,11 +140,7 @@ def _only_listed(request: pytest.FixtureRequest) -> None:
         pytest.skip(f"runs on {', '.join(marker.args)} only")
 
 
-@pytest.fixture(params=["postgres", "sqlite", "mariadb"])
-def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """A private, unmigrated database of each kind: the scenario runs once per backend
-    (`@pytest.mark.dialects(...)`: once per backend listed)."""
-    _only_listed(request)
+def _empty(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "postgres":
         return postgres_backend(request.getfixturevalue("pg_url"))
     if request.param == "mariadb":
@@ -152,19 +148,44 @@ def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return sqlite_backend(tmp_path / "outbox.sqlite3")
 
 
+def _migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "postgres":
+        return postgres_backend(request.getfixturevalue("migrated_pg_url"))
+    made = _empty(request, tmp_path)
+    made.migrate()
+    return made
+
+
+@pytest.fixture(params=["postgres", "sqlite", "mariadb"])
+def empty_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A private, unmigrated database of each kind: the scenario runs once per backend
+    (`@pytest.mark.dialects(...)`: once per backend listed)."""
+    _only_listed(request)
+    return _empty(request, tmp_path)
+
+
 @pytest.fixture(params=["postgres", "sqlite", "mariadb"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A private database of each kind with every migration applied."""
     _only_listed(request)
-    if request.param == "postgres":
-        return postgres_backend(request.getfixturevalue("migrated_pg_url"))
-    if request.param == "mariadb":
-        migrated = mariadb_backend(request.getfixturevalue("mariadb_url"))
-        migrated.migrate()
-        return migrated
-    migrated = sqlite_backend(tmp_path / "outbox.sqlite3")
-    migrated.migrate()
-    return migrated
+    return _migrated(request, tmp_path)
+
+
+# The databases producer_lib emits to (the relay's store and consumer_lib run on the same
+# three: `backend`).
+EMIT_DIALECTS = ["postgres", "sqlite", "mariadb"]
+
+
+@pytest.fixture(params=EMIT_DIALECTS)
+def emit_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A private database of each kind producer_lib emits to, every migration applied."""
+    return _migrated(request, tmp_path)
+
+
+@pytest.fixture(params=EMIT_DIALECTS)
+def empty_emit_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A private, unmigrated database of each kind producer_lib emits to."""
+    return _empty(request, tmp_path)
 
 
 @pytest.fixture(scope="session")

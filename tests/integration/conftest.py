@@ -11,8 +11,8 @@ import pytest
 from relay.store import Store
 from relay.transport import kafka as kafka_transport
 from tests.conftest import TopicFactory
-from tests.support.consumers import consumer_topics, prepare, with_effects
-from tests.support.db import Backend, postgres_backend, sqlite_backend
+from tests.support.consumers import consumer_topics, private_backend, with_effects
+from tests.support.db import Backend
 from tests.support.stores import opened_store
 
 
@@ -30,7 +30,8 @@ async def pg_store(pg: Backend) -> AsyncIterator[Store]:
         yield opened
 
 
-# (adapter, dialect): PsycopgAsync and the asyncpg and psycopg2 drivers are Postgres only.
+# (adapter, dialect): PsycopgAsync and the asyncpg and psycopg2 drivers are Postgres only;
+# on MariaDB the SQLAlchemy adapters run on aiomysql and PyMySQL.
 CASES = [
     ("psycopg_async", "postgres"),
     ("sqlalchemy_async", "postgres"),
@@ -39,6 +40,8 @@ CASES = [
     ("sqlalchemy_psycopg2", "postgres"),
     ("sqlalchemy_async", "sqlite"),
     ("sqlalchemy_sync", "sqlite"),
+    ("sqlalchemy_async", "mariadb"),
+    ("sqlalchemy_sync", "mariadb"),
 ]
 CASE_IDS = [f"{a}-{d}" for a, d in CASES]
 
@@ -53,9 +56,7 @@ def pg(pg: Backend) -> Backend:
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Backend]:
     """Each database adapter on each database it supports, on a private prepared database."""
     adapter, dialect = request.param
-    if dialect == "postgres":
-        return adapter, with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
-    return adapter, prepare(sqlite_backend(tmp_path / "consumer.sqlite3"))
+    return adapter, private_backend(request, dialect, tmp_path)
 
 
 @pytest.fixture

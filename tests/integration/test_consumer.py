@@ -52,6 +52,7 @@ from tests.support.consumers import (
     offset_problems,
     order_problems,
     prepare,
+    private_backend,
     processed_ids,
     produce,
     relay_record,
@@ -171,7 +172,6 @@ def emit_orders(backend: Backend, topic: str, n: int, seed: int) -> tuple[list[s
     return committed, rolled_back
 
 
-@pytest.mark.dialects("postgres", "sqlite")  # consumer_lib refuses MariaDB so far
 async def test_producer_lib_to_relay_to_consumer_lib_applies_each_committed_event_once(
     backend: Backend, kafka_bootstrap: str, topics: TopicFactory
 ) -> None:
@@ -448,16 +448,25 @@ def poison_records(topic_events: list[Outgoing]) -> list[Outgoing]:
 
 
 @pytest.mark.parametrize(
-    ("missing_event_id", "unhandled"),
-    [("dead_letter", "skip"), ("skip", "skip"), ("process", "dead_letter")],
+    ("missing_event_id", "unhandled", "adapter", "dialect"),
+    [
+        ("dead_letter", "skip", "psycopg_async", "postgres"),
+        ("skip", "skip", "psycopg_async", "postgres"),
+        ("process", "dead_letter", "psycopg_async", "postgres"),
+        ("process", "dead_letter", "sqlalchemy_sync", "mariadb"),
+    ],
 )
 async def test_poison_records_go_to_the_dead_letter_topic_and_consumption_continues(
     missing_event_id: MissingIdPolicy,
     unhandled: Any,
-    pg: Backend,
+    adapter: str,
+    dialect: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
     kafka_bootstrap: str,
     topics: TopicFactory,
 ) -> None:
+    backend = private_backend(request, dialect, tmp_path)
     topic = await topics("poison")
     good = make_events(5, keys=5, seed=8)
     layout = await produce(kafka_bootstrap, topic, poison_records(good))
@@ -466,9 +475,9 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_consumption_contin
         fast_settings(
             kafka_bootstrap, group, missing_event_id=missing_event_id, unhandled=unhandled
         ),
-        PsycopgAsync(pg.target),
+        make_database(adapter, backend),
     )
-    app.handler(topic, "OrderPlaced")(effect_handler("psycopg_async", "postgres", group))
+    app.handler(topic, "OrderPlaced")(effect_handler(adapter, backend.dialect, group))
     async with running_consumer(app) as running:
         await wait_committed(kafka_bootstrap, group, layout, alive=running.check_alive)
     stats = running.stats
@@ -479,7 +488,7 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_consumption_contin
     assert "not UTF-8" in reasons.pop("bad-header")
     assert "not a UUID" in reasons.pop("bad-id")
     assert all(header(d, "dlt.error.type") == "PoisonRecord" for d in dead)
-    found = effects(pg)
+    found = effects(backend)
     good_ids = {str(e.event_id) for e in good}
     with_id = [e for e in found if e.event_id is not None]
     assert effect_problems(with_id, good_ids, group) == []
@@ -496,7 +505,7 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_consumption_contin
         assert [e.n for e in no_id] == [1000, 1000]
         assert "no handler for 'OrderCancelled'" in reasons.pop("other-type")
     assert reasons == {}
-    assert processed_ids(pg, group) == good_ids
+    assert processed_ids(backend, group) == good_ids
     assert stats.dead_lettered == len(dead)
 
 

@@ -1,7 +1,7 @@
 """emit joins the caller's transaction: durable exactly when the business write is.
 
-Every scenario runs on real Postgres and a real SQLite file, through every kind of
-connection emit accepts.
+Every scenario runs on real Postgres, MariaDB and a real SQLite file, through every kind
+of connection emit accepts.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tests.support.transactions import (
     ASYNC_KINDS,
     SYNC_KINDS,
     async_tx,
+    connect_aiomysql,
     connect_psycopg2,
     insert_order,
     insert_order_async,
@@ -46,9 +47,9 @@ class Boom(Exception):
 
 
 @pytest.fixture
-def orders(backend: Backend) -> Backend:
-    backend.execute("test_orders_create")
-    return backend
+def orders(emit_backend: Backend) -> Backend:
+    emit_backend.execute("test_orders_create")
+    return emit_backend
 
 
 def _check_row(backend: Backend, row: tuple[Any, ...], event_id: uuid.UUID, key: str) -> None:
@@ -213,7 +214,16 @@ def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> No
     from producer_lib import NoTransaction
 
     outbox = Outbox()
-    if orders.dialect == "postgres":
+    if orders.dialect == "mariadb":
+        from tests.support.mariadb import connect
+
+        raw = connect(orders.target, autocommit=True)
+        try:
+            with pytest.raises(NoTransaction):
+                outbox.emit(raw, **emit_kwargs())
+        finally:
+            raw.close()
+    elif orders.dialect == "postgres":
         with psycopg.connect(orders.target, autocommit=True) as conn, pytest.raises(NoTransaction):
             outbox.emit(conn, **emit_kwargs())
         raw2 = connect_psycopg2(orders)
@@ -255,6 +265,9 @@ def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> No
 async def test_async_no_transaction_is_refused(orders: Backend) -> None:
     from producer_lib import NoTransaction
 
+    if orders.dialect == "mariadb":
+        await _async_no_transaction_on_mariadb(orders)
+        return
     if orders.dialect != "postgres":
         pytest.skip("psycopg is Postgres only")
     conn = await psycopg.AsyncConnection.connect(orders.target, autocommit=True)
@@ -264,7 +277,6 @@ async def test_async_no_transaction_is_refused(orders: Backend) -> None:
     finally:
         await conn.close()
     import asyncpg
-    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
     raw = await asyncpg.connect(orders.target)  # asyncpg commits each statement by itself
     try:
@@ -272,9 +284,31 @@ async def test_async_no_transaction_is_refused(orders: Backend) -> None:
             await Outbox().emit_async(raw, **emit_kwargs())
     finally:
         await raw.close()
-    engine = create_async_engine(
-        sqlalchemy_url(orders, "sa_asyncpg_connection"), isolation_level="AUTOCOMMIT"
-    )
+    await _async_autocommit_refused(sqlalchemy_url(orders, "sa_asyncpg_connection"))
+    assert orders.scalar("outbox_count") == 0
+
+
+async def _async_no_transaction_on_mariadb(orders: Backend) -> None:
+    from producer_lib import NoTransaction
+
+    raw = await connect_aiomysql(orders)
+    await raw.autocommit(True)
+    try:
+        with pytest.raises(NoTransaction):
+            await Outbox().emit_async(raw, **emit_kwargs())
+    finally:
+        raw.close()
+    await _async_autocommit_refused(orders.async_sqlalchemy_url)
+    assert orders.scalar("outbox_count") == 0
+
+
+async def _async_autocommit_refused(url: str) -> None:
+    """An AsyncConnection and an AsyncSession of an AUTOCOMMIT engine are refused."""
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    from producer_lib import NoTransaction
+
+    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as sa_conn:
             with pytest.raises(NoTransaction):
@@ -284,7 +318,6 @@ async def test_async_no_transaction_is_refused(orders: Backend) -> None:
                 await Outbox().emit_async(session, **emit_kwargs())
     finally:
         await engine.dispose()
-    assert orders.scalar("outbox_count") == 0
 
 
 def test_unsupported_connections_are_refused(orders: Backend) -> None:
@@ -314,8 +347,7 @@ def test_deliver_after_uses_the_database_clock(orders: Backend, kind: str) -> No
     rows = orders.fetch("outbox_delays")
     delay_a, available_b = rows[0][1], rows[1][2]
     assert abs(float(delay_a) - 90.0) < 0.01
-    parsed = available_b if isinstance(available_b, dt.datetime) else _sqlite_ts(available_b)
-    assert parsed == at
+    assert _utc(available_b) == at
 
 
 @pytest.mark.parametrize("kind", ASYNC_KINDS)
@@ -330,12 +362,15 @@ async def test_async_deliver_after_uses_the_database_clock(orders: Backend, kind
     rows = orders.fetch("outbox_delays")
     delay_a, available_b = rows[0][1], rows[1][2]
     assert abs(float(delay_a) - 90.0) < 0.01
-    parsed = available_b if isinstance(available_b, dt.datetime) else _sqlite_ts(available_b)
-    assert parsed == at
+    assert _utc(available_b) == at
 
 
-def _sqlite_ts(text: str) -> dt.datetime:
-    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+def _utc(value: str | dt.datetime) -> dt.datetime:
+    """A time column as read back: SQLite's ISO text, MariaDB's naive UTC DATETIME or
+    Postgres's aware timestamptz."""
+    if isinstance(value, str):
+        return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize("kind", SYNC_KINDS)
@@ -366,15 +401,16 @@ def test_shard_count_must_match_the_database(orders: Backend) -> None:
 
 
 @pytest.mark.parametrize("kind", SYNC_KINDS)
-def test_missing_tables_say_run_migrate(empty_backend: Backend, kind: str) -> None:
+def test_missing_tables_say_run_migrate(empty_emit_backend: Backend, kind: str) -> None:
+    empty_backend = empty_emit_backend
     with pytest.raises(MigrationError, match="migrate"), sync_tx(empty_backend, kind) as conn:
         Outbox().emit(conn, **emit_kwargs())
 
 
 @pytest.mark.parametrize("kind", ASYNC_KINDS)
-async def test_async_missing_tables_say_run_migrate(empty_backend: Backend, kind: str) -> None:
+async def test_async_missing_tables_say_run_migrate(empty_emit_backend: Backend, kind: str) -> None:
     with pytest.raises(MigrationError, match="migrate"):
-        async with async_tx(empty_backend, kind) as conn:
+        async with async_tx(empty_emit_backend, kind) as conn:
             await Outbox().emit_async(conn, **emit_kwargs())
 
 

@@ -20,10 +20,16 @@ from producer_lib import (
     Outbox,
     RecordingOutbox,
 )
-from tests.support.db import Backend
+from tests.support.db import Backend, mariadb_backend
 from tests.support.transactions import ASYNC_KINDS, SYNC_KINDS, async_tx, sync_tx
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def backend(emit_backend: Backend) -> Backend:
+    """Every database producer_lib emits to (tests/conftest.py's `backend` is the relay's)."""
+    return emit_backend
 
 
 def _emit(outbox: Outbox, conn: Any, payload: object, key: str = "pay-1") -> uuid.UUID:
@@ -158,6 +164,28 @@ def test_race_with_different_bodies_conflicts(backend: Backend, kind: str) -> No
         time.sleep(0.5)
     thread.join(30)
     assert isinstance(out.get("error"), IdempotencyConflict), out
+    assert backend.scalar("outbox_count") == 1
+
+
+def test_a_key_committed_after_the_snapshot_is_found_at_repeatable_read(
+    mariadb_url: str,
+) -> None:
+    """MariaDB at REPEATABLE READ (its default): the caller's snapshot predates the commit
+    of the key's first use. The insert sees the key (a duplicate check reads the latest
+    row); the read of its event must too, or the key would look held by nothing."""
+    backend = mariadb_backend(mariadb_url)
+    backend.migrate()
+    late = backend.connect()
+    try:
+        with late.cursor() as cur:
+            cur.execute(backend.sql("session_repeatable_read"))
+            cur.execute(backend.sql("snapshot_open"))
+        with sync_tx(backend, "driver") as conn:
+            first = _emit(Outbox(), conn, {"cents": 100})
+        assert _emit(Outbox(), late, {"cents": 100}) == first
+        late.commit()
+    finally:
+        late.close()
     assert backend.scalar("outbox_count") == 1
 
 

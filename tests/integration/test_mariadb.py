@@ -17,6 +17,7 @@ from outbox_core.errors import ConfigurationError, MigrationError, UniqueViolati
 from outbox_core.executors import PyMysqlExecutor, SqlAlchemyExecutor, Statement
 from outbox_core.migrate import available, mariadb_statements, migrate, schema_sql
 from outbox_core.queries import parse_blocks
+from outbox_core.sharding import KEY_LOCK_SLOTS
 from tests.support.mariadb import MariaDatabases
 
 pytestmark = pytest.mark.integration
@@ -56,16 +57,30 @@ def test_migrations_produce_schema_sql(mariadb_url: str, mariadb_databases: Mari
     for key in ("schema_tables", "schema_columns", "schema_indexes"):
         migrated[key] = [r for r in migrated[key] if r[0] != "outbox_schema_migrations"]
     assert migrated == declared
-    assert len(migrated["schema_tables"]) == 8  # the comparison saw the tables
+    assert len(migrated["schema_tables"]) == 9  # the comparison saw the tables
+    assert fetch(twin, "key_locks_count") == fetch(mariadb_url, "key_locks_count")
 
 
 def test_migrate_from_empty_then_again_applies_nothing(mariadb_url: str) -> None:
     first = migrate(mariadb_url)
     second = migrate(mariadb_url)
-    assert first.applied == [1, 2, 3, 4, 5]
+    assert first.applied == [v for v, _ in ALL]
     assert second.applied == []
     assert fetch(mariadb_url, "migrations_applied") == ALL
     assert first.shard_count == second.shard_count == 16
+
+
+def test_the_key_lock_slots_are_the_producers(mariadb_url: str) -> None:
+    """0006 inserts a row for every slot emit may lock, and runs again without a change."""
+    migrate(mariadb_url)
+    conn = DatabaseUrl.parse(mariadb_url).connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            for statement in mariadb_statements(available("mariadb")[5].sql):
+                cur.execute(statement)
+    finally:
+        conn.close()
+    assert fetch(mariadb_url, "key_locks_count") == [(KEY_LOCK_SLOTS, 0, KEY_LOCK_SLOTS - 1)]
 
 
 def test_shard_count_is_recorded(mariadb_url: str) -> None:
@@ -84,7 +99,7 @@ def test_a_migration_stopped_half_way_runs_again(mariadb_url: str) -> None:
                 cur.execute(statement)
     finally:
         conn.close()
-    assert migrate(mariadb_url).applied == [1, 2, 3, 4, 5]
+    assert migrate(mariadb_url).applied == [v for v, _ in ALL]
     assert fetch(mariadb_url, "schema_settings") == [("shard_count", "16")]
 
 

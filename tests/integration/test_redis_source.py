@@ -41,8 +41,7 @@ from tests.support.redis_consumers import (
 from tests.support.relay import expected_from_db, running_relay, wait_drained
 from tests.support.waits import until
 
-# consumer_lib refuses MariaDB so far.
-pytestmark = [pytest.mark.integration, pytest.mark.dialects("postgres", "sqlite")]
+pytestmark = pytest.mark.integration
 
 ID = ENTRY_ID
 

@@ -36,7 +36,8 @@ def _shards(backend: Backend) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("kind", ["driver", "sa_session"])
-def test_outbox_takes_the_database_shard_count(backend: Backend, kind: str) -> None:
+def test_outbox_takes_the_database_shard_count(emit_backend: Backend, kind: str) -> None:
+    backend = emit_backend
     backend.migrate(shard_count=5)
     outbox = Outbox()
     with sync_tx(backend, kind) as conn:
@@ -79,7 +80,8 @@ def test_an_emit_begun_before_another_thread_learns_the_shard_count_uses_it(
     assert _shards(pg) == {k: shard_for(k, 5) for k in ("late", "first")}
 
 
-async def test_outbox_takes_the_database_shard_count_async(backend: Backend) -> None:
+async def test_outbox_takes_the_database_shard_count_async(emit_backend: Backend) -> None:
+    backend = emit_backend
     backend.migrate(shard_count=3)
     outbox = Outbox()
     async with async_tx(backend, "sa_async_session") as conn:
@@ -89,8 +91,9 @@ async def test_outbox_takes_the_database_shard_count_async(backend: Backend) -> 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["emit", "emit_batch"])
 def test_a_disagreeing_shard_count_is_refused_and_nothing_written(
-    backend: Backend, batch: bool
+    emit_backend: Backend, batch: bool
 ) -> None:
+    backend = emit_backend
     backend.migrate(shard_count=8)
     outbox = Outbox(shard_count=16)
     with pytest.raises(ShardCountMismatch) as err, sync_tx(backend, "driver") as conn:

@@ -5,7 +5,8 @@
 `build` is a factory (the CLI calls it inside the running loop). Its handler writes one
 consumer_effects row per event (tests/support/consumers.py). Configured by environment:
 
-    CONSUMER_TEST_DIALECT, _DATABASE   postgres + libpq URL, or sqlite + file path
+    CONSUMER_TEST_DIALECT, _DATABASE   postgres + libpq URL, sqlite + file path, or
+                                       mariadb + mysql:// URL
     CONSUMER_TEST_BOOTSTRAP, _TOPICS, _GROUP
     CONSUMER_TEST_NAME                 written to each effect row (applied_by)
     CONSUMER_TEST_ADAPTER              sqlalchemy_async | sqlalchemy_sync | psycopg_async

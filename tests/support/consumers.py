@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from cloudevents.core.v1.event import CloudEvent
@@ -39,23 +40,28 @@ from consumer_lib import (
 )
 from consumer_lib.database import Handler
 from outbox_core.kafka_security import KafkaSecurity
-from outbox_core.queries import Dialect, parse_blocks, to_numbered
-from tests.support.db import Backend, postgres_backend, sqlite_backend
+from outbox_core.queries import Dialect, in_parameter_style, parse_blocks, to_numbered
+from tests.support.db import Backend, mariadb_backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, create_topics, delete_topics, read_topic, unique_topic_name
 from tests.support.processes import ChildProcess
 from tests.support.waits import until
 
 _SQL = Path(__file__).parent / "sql"
+_SHARED_SQL = (_SQL / "consumer_shared.sql").read_text()
 CONSUMER_SQL: dict[Dialect, dict[str, str]] = {
-    d: parse_blocks((_SQL / f"consumer_{d}.sql").read_text(), f"consumer_{d}.sql")
-    for d in ("postgres", "sqlite")
+    d: parse_blocks(
+        (_SQL / f"consumer_{d}.sql").read_text(),
+        f"consumer_{d}.sql",
+        shared=in_parameter_style(_SHARED_SQL, d),
+    )
+    for d in ("postgres", "sqlite", "mariadb")
 }
 APP = "tests.support.consumer_app:build"
 # What consumer_lib logs once it holds at least one partition.
 ASSIGNED = 'partitions assigned partitions=["TopicPartition'
 
 # sqlalchemy_async / sqlalchemy_sync run on the dialect's default driver (psycopg 3,
-# aiosqlite, sqlite3); sqlalchemy_asyncpg and sqlalchemy_psycopg2 are the same adapters on
+# aiosqlite, sqlite3; aiomysql and PyMySQL on MariaDB); sqlalchemy_asyncpg and sqlalchemy_psycopg2 are the same adapters on
 # those Postgres drivers.
 Adapter = Literal[
     "sqlalchemy_async",
@@ -95,18 +101,25 @@ def prepare(backend: Backend) -> Backend:
 
 def with_effects(backend: Backend) -> Backend:
     """A migrated database plus consumer_effects, the table the test handlers write."""
-    conn = backend.connect()
-    try:
-        conn.execute(consumer_sql(backend.dialect, "effects_create"))
-        conn.commit()
-    finally:
-        conn.close()
+    backend.run(consumer_sql(backend.dialect, "effects_create"))
     return backend
+
+
+def private_backend(request: pytest.FixtureRequest, dialect: str, folder: Path) -> Backend:
+    """A database of the test's own on the dialect, migrated, with consumer_effects (from
+    the fixtures of tests/conftest.py; SQLite: a file in `folder`)."""
+    if dialect == "postgres":
+        return with_effects(postgres_backend(request.getfixturevalue("migrated_pg_url")))
+    if dialect == "mariadb":
+        return prepare(mariadb_backend(request.getfixturevalue("mariadb_url")))
+    return prepare(sqlite_backend(folder / "consumer.sqlite3"))
 
 
 def backend_from(dialect: str, target: str) -> Backend:
     if dialect == "postgres":
         return postgres_backend(target)
+    if dialect == "mariadb":
+        return mariadb_backend(target)
     return sqlite_backend(Path(target))
 
 
@@ -128,6 +141,8 @@ def make_database(adapter: str, backend: Backend) -> Database:
 
         if backend.dialect == "sqlite":
             url = f"sqlite+aiosqlite:///{backend.target}"
+        elif backend.dialect == "mariadb":
+            url = backend.async_sqlalchemy_url
         return SqlAlchemyAsync(create_async_engine(url))
     if adapter in SYNC_ADAPTERS:
         from sqlalchemy import create_engine
@@ -283,13 +298,7 @@ class Effect:
 
 
 def _fetch(backend: Backend, name: str, params: dict[str, Any] | None = None) -> list[Any]:
-    conn = backend.connect()
-    try:
-        rows = conn.execute(consumer_sql(backend.dialect, name), params or {}).fetchall()
-        conn.commit()
-        return list(rows)
-    finally:
-        conn.close()
+    return backend.run(consumer_sql(backend.dialect, name), params)
 
 
 def effects(backend: Backend, *, before: Any = None) -> list[Effect]:
@@ -312,15 +321,10 @@ def processed_ids(backend: Backend, group: str) -> set[str]:
 
 def backdate_processed(backend: Backend, group: str, seconds: float) -> None:
     """The group's processed_events rows, made `seconds` older."""
-    conn = backend.connect()
-    try:
-        conn.execute(
-            consumer_sql(backend.dialect, "processed_event_backdate"),
-            {"consumer_group": group, "seconds": seconds},
-        )
-        conn.commit()
-    finally:
-        conn.close()
+    backend.run(
+        consumer_sql(backend.dialect, "processed_event_backdate"),
+        {"consumer_group": group, "seconds": seconds},
+    )
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from typing import Any
 
 import psycopg
 
-from outbox_core.database_url import DatabaseUrl
 from outbox_core.migrate import migrate
 from outbox_core.queries import Dialect, parse_blocks
+from tests.support import mariadb
 
 _SQL = Path(__file__).parent / "sql"
 
@@ -28,32 +28,45 @@ DIALECT_SQL: dict[Dialect, dict[str, str]] = {
 }
 
 
+def _run(conn: Any, sql: str, params: dict[str, Any]) -> Any:
+    """A cursor that ran sql. psycopg and sqlite3 run it on the connection (a cursor of
+    sqlite3's own, held by a failed statement's traceback, would keep the file locked);
+    PyMySQL only on a cursor."""
+    if hasattr(conn, "execute"):
+        return conn.execute(sql, params)
+    cursor = conn.cursor()
+    cursor.execute(sql, params or None)  # no parameters, no formatting: a literal % stays
+    return cursor
+
+
 @dataclass(frozen=True)
 class Backend:
     dialect: Dialect
     url: str  # a producer_lib database URL
-    target: str  # what the drivers connect to: libpq URL, mysql:// URL or file path
+    target: str  # what the drivers connect to: libpq URL, file path or mysql:// URL
 
     @property
     def sqlalchemy_url(self) -> str:
         if self.dialect == "postgres":
             return self.target.replace("postgresql://", "postgresql+psycopg://", 1)
         if self.dialect == "mariadb":
-            return self.target.replace("mysql://", "mysql+pymysql://", 1)
+            return mariadb.sqlalchemy_url(self.target, "pymysql")
         return f"sqlite:///{self.target}"
 
     @property
     def async_sqlalchemy_url(self) -> str:
         if self.dialect == "mariadb":
-            return self.target.replace("mysql://", "mysql+aiomysql://", 1)
+            return mariadb.sqlalchemy_url(self.target, "aiomysql")
+        if self.dialect == "sqlite":
+            return f"sqlite+aiosqlite:///{self.target}"
         return self.sqlalchemy_url
 
     def connect(self) -> Any:
         """A plain driver connection, not in autocommit: its first statement begins."""
         if self.dialect == "postgres":
             return psycopg.connect(self.target)
-        if self.dialect == "mariadb":  # PyMySQL, in UTC at READ COMMITTED as outbox_core's
-            return DatabaseUrl.parse(self.target).connect()
+        if self.dialect == "mariadb":
+            return mariadb.connect(self.target)  # raw PyMySQL: emit takes it as a caller's
         return sqlite3.connect(self.target, timeout=30)
 
     def sql(self, name: str) -> str:
@@ -63,30 +76,26 @@ class Backend:
         self, conn: Any, name: str, params: dict[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
         """The named query on an open connection of this backend (no commit): its rows."""
-        # Through a cursor: a PyMySQL connection has no execute of its own.
-        cur = conn.cursor()
-        try:
-            cur.execute(self.sql(name), params or {})
-            return [tuple(r) for r in cur.fetchall()] if cur.description else []
-        finally:
-            cur.close()
+        cursor = _run(conn, self.sql(name), params or {})
+        return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
 
-    def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    def run(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Runs one statement in a transaction of its own; its rows, if it returns any."""
         conn = self.connect()
         try:
-            rows = self.run_on(conn, name, params or {})
+            cursor = _run(conn, sql, params or {})
+            # A list of tuples from every driver (PyMySQL's fetchall gives a tuple).
+            rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
             conn.commit()
             return rows
         finally:
             conn.close()
 
+    def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        return self.run(self.sql(name), params)
+
     def execute(self, name: str, params: dict[str, Any] | None = None) -> None:
-        conn = self.connect()
-        try:
-            self.run_on(conn, name, params or {})
-            conn.commit()
-        finally:
-            conn.close()
+        self.run(self.sql(name), params)
 
     def rewind(self, seconds: float) -> None:
         """Moves every clock column of the outbox tables back by `seconds`: to the relay and
@@ -111,10 +120,10 @@ def postgres_backend(libpq_url: str) -> Backend:
     return Backend("postgres", libpq_url, libpq_url)
 
 
-def mariadb_backend(url: str) -> Backend:
-    """url: a mysql:// URL naming the test's own database."""
-    return Backend("mariadb", url, url)
-
-
 def sqlite_backend(path: Path) -> Backend:
     return Backend("sqlite", f"sqlite:///{path}", str(path))
+
+
+def mariadb_backend(url: str) -> Backend:
+    """A mysql:// URL of a database (tests.support.mariadb.MariaDatabases makes them)."""
+    return Backend("mariadb", url, url)

@@ -48,6 +48,11 @@ def connect(url: str, **options: Any) -> Any:
     )
 
 
+def sqlalchemy_url(url: str, driver: str) -> str:
+    """The mysql:// URL as SQLAlchemy takes it, on `driver` (pymysql, aiomysql)."""
+    return url.replace("mysql://", f"mysql+{driver}://", 1) + "?charset=utf8mb4"
+
+
 def quote_name(name: str) -> str:
     """`name` as a MariaDB identifier, whatever it holds."""
     return "`" + name.replace("`", "``") + "`"

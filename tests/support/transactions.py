@@ -1,8 +1,9 @@
 """Open a transaction through each kind of connection emit accepts, and write a business row.
 
-A kind names a driver and how it is reached: raw ("driver" is the dialect's own: psycopg 3
-or sqlite3; "psycopg2", "asyncpg") or through SQLAlchemy ("sa_*"; the driver in the name
-when it is not the dialect's default). Kinds of a Postgres-only driver skip on SQLite.
+A kind names a driver and how it is reached: raw ("driver" is the dialect's own: psycopg 3,
+sqlite3 or PyMySQL; "psycopg2", "asyncpg", "aiomysql") or through SQLAlchemy ("sa_*"; the
+driver in the name when it is not the dialect's default; MariaDB's async default is
+aiomysql). A kind of one database's driver skips on the others.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ASYNC_KINDS = [
     "asyncpg_pool",
     "sa_asyncpg_session",
     "sa_asyncpg_connection",
+    "aiomysql",
 ]
 # SQLAlchemy's driver name in a kind -> the URL scheme that selects it.
 _SA_DRIVERS = {"psycopg2": "postgresql+psycopg2://", "asyncpg": "postgresql+asyncpg://"}
@@ -48,6 +50,8 @@ def postgres_only(kind: str) -> bool:
 def skip_unsupported(backend: Backend, kind: str) -> None:
     if backend.dialect != "postgres" and postgres_only(kind):
         pytest.skip(f"{kind} is Postgres only")
+    if backend.dialect != "mariadb" and kind == "aiomysql":
+        pytest.skip(f"{kind} is MariaDB only")
 
 
 def sqlalchemy_url(backend: Backend, kind: str = "", *, asynchronous: bool = False) -> str:
@@ -56,9 +60,9 @@ def sqlalchemy_url(backend: Backend, kind: str = "", *, asynchronous: bool = Fal
     for driver, scheme in _SA_DRIVERS.items():
         if f"_{driver}_" in kind:
             return backend.target.replace("postgresql://", scheme, 1)
-    if asynchronous and backend.dialect == "sqlite":
-        return f"sqlite+aiosqlite:///{backend.target}"
-    return backend.async_sqlalchemy_url if asynchronous else backend.sqlalchemy_url
+    if asynchronous:
+        return backend.async_sqlalchemy_url
+    return backend.sqlalchemy_url
 
 
 def connect_psycopg2(backend: Backend) -> Any:
@@ -66,6 +70,23 @@ def connect_psycopg2(backend: Backend) -> Any:
     import psycopg2
 
     return psycopg2.connect(backend.target)
+
+
+async def connect_aiomysql(backend: Backend) -> Any:
+    """An aiomysql connection (autocommit off: its first statement begins)."""
+    import aiomysql  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    from scripts.service_mariadb import mariadb_login
+
+    login = mariadb_login(backend.target)
+    return await aiomysql.connect(
+        host=login.host,
+        port=login.port,
+        user=login.user,
+        password=login.password,
+        db=login.database,
+        charset="utf8mb4",
+    )
 
 
 @contextlib.contextmanager
@@ -113,6 +134,17 @@ async def async_tx(backend: Backend, kind: str) -> AsyncIterator[Any]:
         finally:
             await conn.close()
         return
+    if kind == "aiomysql":
+        conn = await connect_aiomysql(backend)
+        try:
+            yield conn
+            await conn.commit()
+        except BaseException:
+            await conn.rollback()
+            raise
+        finally:
+            conn.close()
+        return
     if kind == "asyncpg":
         import asyncpg
 
@@ -154,7 +186,7 @@ def insert_order(backend: Backend, target: Any, order_id: int) -> None:
         target.connection().exec_driver_sql(sql, params)
     elif hasattr(target, "exec_driver_sql"):
         target.exec_driver_sql(sql, params)
-    elif type(target).__module__.startswith("psycopg2"):
+    elif type(target).__module__.startswith(("psycopg2", "pymysql")):
         with target.cursor() as cur:
             cur.execute(sql, params)
     else:
@@ -178,5 +210,8 @@ async def insert_order_async(backend: Backend, target: Any, order_id: int) -> No
 
         numbered = to_numbered(sql)
         await target.execute(numbered.sql, *(params[n] for n in numbered.names))
+    elif type(target).__module__.startswith("aiomysql"):
+        async with target.cursor() as cur:
+            await cur.execute(sql, params)
     else:
         await target.execute(sql, params)

@@ -169,6 +169,8 @@ def test_the_vectors_follow_their_own_description() -> None:
         {"shard_count": 40000},
         {"max_event_bytes": 10},
         {"idempotency_scope": ""},
+        {"idempotency_scope": "s" * 256},  # MariaDB's column holds 255
+        {"idempotency_scope": 7},
     ],
 )
 def test_bad_settings(settings: dict[str, object]) -> None:

@@ -186,11 +186,3 @@ def test_scripts_split_outside_quotes_and_comments() -> None:
     assert mariadb_statements("-- only a comment\n") == []
     with pytest.raises(MigrationError, match="unterminated"):
         mariadb_statements("SELECT 1; SELECT 2")
-
-
-def test_parts_not_on_mariadb_yet_refuse_it() -> None:
-    from consumer_lib.database import SqlAlchemySync
-
-    engine = sqlalchemy.create_engine("mysql+pymysql://u:p@db/x")
-    with pytest.raises(ConfigurationError, match="MariaDB is not supported by consumer_lib yet"):
-        SqlAlchemySync(engine)

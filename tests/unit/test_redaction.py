@@ -63,3 +63,16 @@ def test_usage_errors_do_not_echo_a_url_password(
     err = capsys.readouterr().err
     assert "unrecognized arguments: --databse-url postgresql://relay:***@db/outbox" in err
     assert core not in err
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["p@ss", "@lead", "trail@", "a@b@c", "p/w@x", "pw?x@y"],
+)
+@pytest.mark.parametrize("scheme", ["postgresql", "mysql", "redis"])
+def test_a_url_password_with_a_raw_at_sign_is_hidden_whole(scheme: str, secret: str) -> None:
+    line = f"cannot reach {scheme}://relay:{secret}@db.internal:5432/outbox?x=a@b now"
+    shown = logs.redact(line)
+    parts = [p for p in secret.split("@") if len(p) > 1]
+    assert all(part not in shown for part in parts), shown
+    assert shown.startswith(f"cannot reach {scheme}://relay:***@db.internal:5432/outbox")

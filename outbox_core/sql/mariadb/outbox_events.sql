@@ -3,6 +3,36 @@
 -- arrays (outbox_core.codec) and are read with JSON_TABLE; times are UTC (the sessions'
 -- time_zone), so NOW(6) and SYSDATE(6) compare with the stored DATETIME(6) values.
 
+-- producer_lib: emit and emit_batch -------------------------------------------------------
+
+-- name: outbox_key_locks_take
+-- The per-key lock (docs/decisions/0027-mariadb-per-key-order.md): the keys' slot rows of
+-- outbox_key_locks, locked to the caller's commit, before the insert draws its ids. slots
+-- is a JSON array. STRAIGHT_JOIN reads the array first and each slot row by an exact
+-- primary-key match (eq_ref): InnoDB takes record locks only, never a gap lock, at READ
+-- COMMITTED and at REPEATABLE READ alike. The array is sorted before the join (EXPLAIN:
+-- filesort on j), so the rows are locked in ascending order and two batches never
+-- deadlock; the caller sorts it too.
+SELECT k.slot
+FROM JSON_TABLE(%(slots)s, '$[*]' COLUMNS (slot integer PATH '$')) AS j
+STRAIGHT_JOIN outbox_key_locks AS k ON k.slot = j.slot
+ORDER BY k.slot
+FOR UPDATE;
+
+-- name: outbox_insert
+-- One event (emit_batch: run once per event, which PyMySQL sends as one multi-row
+-- INSERT). Times are UTC whatever the caller's session time_zone: the columns hold UTC,
+-- and their CURRENT_TIMESTAMP defaults would be the session's local time. One statement
+-- reads UTC_TIMESTAMP once, so available_at - created_at is the delay exactly.
+INSERT INTO outbox_events (event_id, topic, `key`, shard, event_type, payload, headers,
+                           created_at, available_at, tenant)
+VALUES (%(event_id)s, %(topic)s, %(key)s, %(shard)s, %(event_type)s, %(payload)s, %(headers)s,
+        UTC_TIMESTAMP(6),
+        COALESCE(%(available_at)s, UTC_TIMESTAMP(6) + INTERVAL %(delay_s)s SECOND),
+        %(tenant)s);
+
+-- relay and migrator -----------------------------------------------------------------------
+
 -- name: outbox_count_unpublished
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 
@@ -35,13 +65,13 @@ AND e.`key` NOT IN (
 -- The claim's clock. SYSDATE(6) is read when it is evaluated, as each row is read, so
 -- after the statement's read view was opened (at READ COMMITTED InnoDB opens a fresh one
 -- at the statement's first read); NOW(6) would be the statement's start, before it. A
--- row's available_at is its writer's NOW(6) (+ its delay): every row the read view sees
--- was committed, so written, before the clock is read, and a row written without a
--- delay is due. Rows of one key are written one after the other (the producer's per-key
--- slot lock: the next writer's INSERT starts after the previous one committed), so a
--- later row of a key is committed, and due, only after its earlier rows are: no committed
--- row is skipped while a later row of its key goes. (A server started with
--- --sysdate-is-now would make this NOW(6) again.)
+-- row's available_at is its INSERT's UTC_TIMESTAMP(6), read at that statement's start
+-- (+ its delay): every row the read view sees was committed, so written, before the
+-- clock is read, and a row written without a delay is due. Rows of one key are written
+-- one after the other (outbox_key_locks_take: the next writer's INSERT starts after the
+-- previous one committed), so a later row of a key is committed, and due, only after its
+-- earlier rows are: no committed row is skipped while a later row of its key goes. (A
+-- server started with --sysdate-is-now would make this NOW(6) again.)
 SYSDATE(6)
 
 -- fragment: claimable

@@ -17,21 +17,6 @@ CREATE TABLE consumer_effects (
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
--- name: effect_insert
--- The handler's write, in the transaction consumer_lib opened for the record.
-INSERT INTO consumer_effects (
-    consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset, n,
-    applied_by
-) VALUES (
-    %(consumer_group)s, %(event_id)s, %(event_key)s, %(event_type)s, %(topic)s,
-    %(kafka_partition)s, %(kafka_offset)s, %(n)s, %(applied_by)s
-);
-
--- name: effects_all
-SELECT consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset,
-       n, applied_by, id
-FROM consumer_effects ORDER BY id;
-
 -- name: effects_applied_before
 -- Effects whose row was written before a moment (the database clock is this machine's).
 SELECT consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset,

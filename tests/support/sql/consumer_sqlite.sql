@@ -17,21 +17,6 @@ CREATE TABLE consumer_effects (
     applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
 
--- name: effect_insert
--- The handler's write, in the transaction consumer_lib opened for the record.
-INSERT INTO consumer_effects (
-    consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset, n,
-    applied_by
-) VALUES (
-    :consumer_group, :event_id, :event_key, :event_type, :topic, :kafka_partition,
-    :kafka_offset, :n, :applied_by
-);
-
--- name: effects_all
-SELECT consumer_group, event_id, event_key, event_type, topic, kafka_partition, kafka_offset,
-       n, applied_by, id
-FROM consumer_effects ORDER BY id;
-
 -- name: processed_event_ids
 SELECT event_id FROM processed_events WHERE consumer_group = :consumer_group;
 

@@ -32,6 +32,14 @@ CREATE DATABASE {database} CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin;
 -- name: database_drop
 DROP DATABASE IF EXISTS {database};
 
+-- name: rewind_processed_events
+UPDATE processed_events SET processed_at = processed_at - INTERVAL %(s)s SECOND;
+
+-- Read-back queries of the emit tests: inspect.sql's, with `key` quoted (a reserved word
+-- here) and times in UTC.
+
+-- name: test_order_insert
+INSERT INTO test_orders (id, customer) VALUES (%(id)s, %(customer)s);
 -- The store's tests (tests/support/db.py): MariaDB's twins of inspect.sql's read-backs
 -- where those name the reserved word `key` or need MariaDB's time functions.
 
@@ -55,11 +63,36 @@ SELECT id, `key`, tenant FROM outbox_events ORDER BY id;
 SELECT `key`, TIMESTAMPDIFF(MICROSECOND, created_at, available_at) / 1e6, available_at
 FROM outbox_events ORDER BY id;
 
+-- name: outbox_created_lag
+-- Seconds between each row's created_at and the server's UTC clock now.
+SELECT TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) / 1e6 FROM outbox_events
+ORDER BY id;
+
+-- name: key_locks_count
+SELECT count(*), min(slot), max(slot) FROM outbox_key_locks;
+
+-- name: key_locks_clear
+-- As a schema made by hand without the slot rows.
+DELETE FROM outbox_key_locks;
+
+-- name: key_lock_take
+-- A writer of another key holding its slot; NOWAIT: error 1205/3572-like at once if taken.
+SELECT slot FROM outbox_key_locks WHERE slot = %(slot)s FOR UPDATE NOWAIT;
+
+-- name: session_time_zone_set
+SET SESSION time_zone = '+05:00';
+
+-- name: session_repeatable_read
+SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+
+-- name: snapshot_open
+-- Takes the REPEATABLE READ snapshot (the first consistent read of a transaction).
+SELECT count(*) FROM outbox_settings;
 -- name: outbox_row_state
 -- Per row: what settle wrote, and seconds until available_at on the database clock.
 -- Rows retention=keep moved into outbox_published are published (available_at: 0).
 SELECT id, attempts, status, last_error, published_at IS NOT NULL,
-       TIMESTAMPDIFF(MICROSECOND, NOW(6), available_at) / 1e6
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), available_at) / 1e6
 FROM outbox_events
 UNION ALL
 SELECT id, attempts, 'pending', last_error, 1, 0.0 FROM outbox_published
@@ -69,20 +102,26 @@ ORDER BY 1;
 -- Seconds until each lease ends on the database clock (NULL once released).
 SELECT shard, owner, token,
        CASE WHEN owner IS NULL THEN NULL
-            ELSE TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until) / 1e6 END
+            ELSE TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) / 1e6 END
 FROM outbox_relay_leases ORDER BY shard;
 
 -- name: leases_lapse
-UPDATE outbox_relay_leases SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE owner IS NOT NULL;
+UPDATE outbox_relay_leases SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE owner IS NOT NULL;
 
 -- name: replicas_lapse
-UPDATE outbox_relay_replicas SET seen_until = NOW(6) - INTERVAL 1 SECOND;
+UPDATE outbox_relay_replicas SET seen_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND;
+
+-- name: session_read_committed
+-- The relay's level, for a test's connection that changes rows beside open producer
+-- transactions (outbox_backoff_end).
+SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 -- name: outbox_backoff_end
--- A scan of the primary key: at READ COMMITTED an UPDATE's scan of the clustered index
--- reads a row another transaction holds (a producer's uncommitted insert) semi-
--- consistently and passes it by; through a secondary index it would wait for it.
-UPDATE outbox_events FORCE INDEX (PRIMARY) SET available_at = NOW(6) - INTERVAL 1 SECOND
+-- A scan of the primary key, on a connection at READ COMMITTED (session_read_committed):
+-- there an UPDATE's scan of the clustered index reads a row another transaction holds (a
+-- producer's uncommitted insert) semi-consistently and passes it by; through a secondary
+-- index, or at REPEATABLE READ, it would wait for it.
+UPDATE outbox_events FORCE INDEX (PRIMARY) SET available_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND
 WHERE status = 'pending' AND attempts > 0 AND published_at IS NULL;
 
 -- name: outbox_rows_kept
@@ -139,10 +178,6 @@ UPDATE outbox_relay_replicas
 SET started_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), started_at),
     seen_until = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), seen_until);
 
--- name: rewind_processed_events
-UPDATE processed_events
-SET processed_at = TIMESTAMPADD(MICROSECOND, -ROUND(%(s)s * 1000000), processed_at);
-
 -- name: outbox_fill
 -- 20,000 pending rows at once, spread over 16 shards and 1000 keys; every tenth of tenant
 -- A, every tenth plus one of tenant B.
@@ -152,7 +187,7 @@ SELECT UUID(), 'fill', CONCAT('k', seq MOD 1000), seq MOD 16, 'Filled', REPEAT('
 FROM seq_1_to_20000;
 
 -- name: outbox_mark_published_below
-UPDATE outbox_events SET published_at = NOW(6) WHERE id < %(below)s;
+UPDATE outbox_events SET published_at = UTC_TIMESTAMP(6) WHERE id < %(below)s;
 
 -- name: outbox_analyze
 ANALYZE TABLE outbox_events;

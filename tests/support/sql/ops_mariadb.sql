@@ -25,4 +25,4 @@ ORDER BY 1;
 -- name: ops_publish
 -- Marks rows published and kept (retention=keep), as a relay leaves rows whose payload is
 -- larger than retention_move_max_bytes.
-UPDATE outbox_events SET published_at = NOW(6) WHERE {{listed}};
+UPDATE outbox_events SET published_at = UTC_TIMESTAMP(6) WHERE {{listed}};
