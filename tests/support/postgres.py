@@ -12,12 +12,17 @@ import os
 import threading
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
 from outbox_core.migrate import migrate
+from outbox_core.queries import parse_blocks
+
+_INSPECT_SQL = Path(__file__).parent / "sql" / "postgres_inspect.sql"
+_INSPECT = parse_blocks(_INSPECT_SQL.read_text(), _INSPECT_SQL.name)
 
 # Every database a test session makes starts with this; the session's own part follows.
 PREFIX = "t_"
@@ -86,7 +91,10 @@ class Databases:
         """URL of a new database with every migration applied (a copy of the template)."""
         if self._template is None:
             template = self._create(f"{self.session}template")
-            migrate(with_database(self.admin_url, template))
+            url = with_database(self.admin_url, template)
+            migrate(url)
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(_INSPECT["template_migrated_minutes_ago"])
             self._template = template
         name = self._create(self._name(), self._template)
         return with_database(self.admin_url, name)

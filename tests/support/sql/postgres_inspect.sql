@@ -274,3 +274,29 @@ FROM outbox_events
 UNION ALL
 SELECT event_id::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 FROM outbox_published;
+
+-- name: template_migrated_minutes_ago
+-- The template of the migrated test databases, as if migrated ten minutes ago: migration 0005
+-- gives a fresh database a partition of outbox_published from the epoch to the moment it
+-- ran, which no row published later can fall into, but a test that moves its rows' clocks
+-- back (Backend.rewind) a few seconds after the template was made would move them into
+-- it. An empty one is made again ending ten minutes earlier (well inside any retention a
+-- test rotates with), named as the relay names
+-- partitions (outbox_published_p<from>_<to>, seconds since the epoch).
+DO $template$
+DECLARE
+    made text;
+    bound bigint := floor(extract(epoch FROM now() - interval '10 minutes'))::bigint;
+BEGIN
+    SELECT c.relname INTO made
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'outbox_published'::regclass
+      AND c.relname ~ '^outbox_published_p0_[0-9]+$';
+    IF made IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox_published) THEN
+        EXECUTE format('DROP TABLE %I', made);
+        EXECUTE format(
+            'CREATE TABLE %I PARTITION OF outbox_published FOR VALUES FROM (%L) TO (%L)',
+            'outbox_published_p0_' || bound, to_timestamp(0), to_timestamp(bound));
+    END IF;
+END
+$template$;
