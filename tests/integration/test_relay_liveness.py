@@ -50,6 +50,9 @@ class Clock:
         return time.monotonic() + self.ahead
 
 
+# Not yet on MariaDB: there the relay republishes some rows once the stalled transport
+# comes back (docs/relay.md, Known limits), and this test counts entries exactly.
+@pytest.mark.dialects("postgres", "sqlite")
 async def test_healthz_is_red_while_the_cycle_settles_nothing_with_rows_due_and_green_after(
     backend: Backend, redis_url: str, redis_client: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
