@@ -682,9 +682,17 @@ BAD_CONFIGS = [
         ["OUTBOX_KAFKA_BOOTSTRAP_SERVERS", "host:port"],
     ),
     BadConfig(
-        "mysql url",
-        {"database_url": f"mysql://outbox:{CANARY}@127.0.0.1:3306/outbox"},
-        ["OUTBOX_DATABASE_URL", "mysql"],
+        "transaction pooler on MariaDB",
+        {
+            "database_url": f"mysql://outbox:{CANARY}@127.0.0.1:3306/outbox",
+            "database_pooler": "transaction",
+        },
+        ["database_pooler", "MariaDB"],
+    ),
+    BadConfig(
+        "unknown database url",
+        {"database_url": f"oracle://outbox:{CANARY}@127.0.0.1:1521/outbox"},
+        ["OUTBOX_DATABASE_URL", "oracle"],
     ),
     BadConfig(
         "unknown schema version",
