@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from scripts.service_mariadb import mariadb_login
+from outbox_core.database_url import MariadbTarget
 from tests.support.postgres import PREFIX, with_database
 
 _NO_MARIADB = (
@@ -36,16 +36,10 @@ def connect(url: str, **options: Any) -> Any:
     """A PyMySQL connection to the database `url` names (none for a server URL)."""
     import pymysql  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-    login = mariadb_login(url)
-    return pymysql.connect(
-        host=login.host,
-        port=login.port,
-        user=login.user,
-        password=login.password,
-        database=login.database or None,
-        charset="utf8mb4",
-        **options,
-    )
+    # The project's own reading of the URL, without the relay's session settings: a test
+    # connection is what a caller of emit holds (REPEATABLE READ, the server's zone).
+    target = MariadbTarget.parse(url)
+    return pymysql.connect(**target.login(), database=target.database, **options)
 
 
 def sqlalchemy_url(url: str, driver: str) -> str:
