@@ -68,7 +68,9 @@ async def test_the_next_claim_skips_rows_in_flight_and_holds_back_a_failed_key(
     k, x = keys_on_shard(SHARD, 2)
     k1, x1 = emit(backend, event(k), event(x))
     eid = event_ids(backend)
-    settings = settings_for(backend)
+    # k1's backoff must outlast the test however slow the machine: the last claim checks
+    # that the database itself holds k2 behind it.
+    settings = settings_for(backend, backoff_base_s=60.0, backoff_max_s=120.0)
     rules = settings.batch_rules()
     publisher = MemoryPublisher(fail=failing({eid[k1]}, retriable=True))
     tokens = {SHARD: await lease(store, settings)}
