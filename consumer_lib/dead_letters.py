@@ -29,7 +29,12 @@ from aiokafka.errors import (
     RequestTimedOutError,
 )
 
-from consumer_lib.errors import DeadLetterFailure, dead_letter_failure, kafka_retriable
+from consumer_lib.errors import (
+    DeadLetterFailure,
+    dead_letter_failure,
+    dead_letter_reason,
+    kafka_retriable,
+)
 from consumer_lib.event import SourceRecord
 from consumer_lib.settings import ConsumerSettings, kafka_options
 from outbox_core.driver_errors import first_line
@@ -124,6 +129,7 @@ def dead_letter_headers(
         ("dlt.original.partition", str(record.partition).encode()),
         ("dlt.original.offset", str(record.offset).encode()),
         ("dlt.consumer.group", group.encode()),
+        ("dlt.reason", dead_letter_reason(error).encode()),
         ("dlt.error.type", type(error).__name__.encode()),
         ("dlt.error", first_line(error)[:2000].encode()),
     ]

@@ -55,6 +55,16 @@ class PoisonRecord(ConsumerError):
         self.reason = reason
 
 
+HANDLER_FAILED = "handler_failed"
+
+
+def dead_letter_reason(error: BaseException) -> str:
+    """Why a record was dead-lettered, as a value a reader can switch on (the dead letter's
+    `dlt.reason`): a poison record's PoisonReason, or handler_failed when its handler kept
+    raising until max_attempts."""
+    return error.reason.value if isinstance(error, PoisonRecord) else HANDLER_FAILED
+
+
 def is_transient(exc: BaseException) -> bool:
     """A database or broker failure that a later retry may get past (not the record's fault).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from consumer_lib.errors import dead_letter_reason
 from consumer_lib.event import ConsumedEvent, decode
 
 HEADER_FIELD = b"h:"  # as relay.transport.redis_streams writes them (the libraries share no code)
@@ -70,6 +71,7 @@ def dead_letter_fields(
         b"dlt.origin.stream": stream.encode(),
         b"dlt.origin.id": entry_id,
         b"dlt.group": group.encode(),
+        b"dlt.reason": dead_letter_reason(error).encode(),
         b"dlt.error.type": type(error).__name__.encode(),
         b"dlt.error.message": first.encode()[:1000],
     }

@@ -161,6 +161,7 @@ async def test_a_record_whose_decoding_raises_anything_is_dead_lettered_and_the_
     assert sorted((d.key or b"").decode() for d in dead) == ["deep", "deep-obj"]
     for record in dead:
         assert header(record, "dlt.error.type") == "PoisonRecord"
+        assert header(record, "dlt.reason") == "undecodable"
         assert "RecursionError" in header(record, "dlt.error")
     assert effect_problems(effects(pg), {e.event_id for e in good if e.event_id}, group) == []
     assert running.stats.dead_lettered == 2
@@ -307,6 +308,7 @@ async def test_a_handlers_own_timeout_or_connection_error_counts_against_its_att
         await wait_committed(kafka_bootstrap, group, layout, timeout=30, alive=running.check_alive)
     dead = await dead_letters(kafka_bootstrap, topic)
     assert [header(d, "dlt.error.type") for d in dead] == [raised.__name__]
+    assert [header(d, "dlt.reason") for d in dead] == ["handler_failed"]
     assert running.stats.handler_failures == 2
     assert running.stats.transient_retries == 0
     assert doomed not in processed_ids(pg, group)

@@ -69,6 +69,7 @@ async def test_a_handler_that_keeps_failing_is_dead_lettered_and_the_rest_flows(
     assert await pending_count(redis_client, stream, group) == 0
     dead = cast(list[tuple[bytes, dict[bytes, bytes]]], await redis_client.xrange(stream + ".DLT"))
     assert [f[b"dlt.error.type"] for _, f in dead] == [b"ValueError"]
+    assert [f[b"dlt.reason"] for _, f in dead] == [b"handler_failed"]
     assert dead[0][1][b"dlt.error.message"] == b"cannot apply n=2"
     assert ID.format(2) not in processed_ids(backend, group)
 
@@ -199,6 +200,7 @@ async def test_an_entry_whose_decoding_raises_anything_is_dead_lettered_and_the_
     assert await pending_count(redis_client, stream, group) == 0
     dead = cast(list[tuple[bytes, dict[bytes, bytes]]], await redis_client.xrange(stream + ".DLT"))
     assert [f[b"dlt.error.type"] for _, f in dead] == [b"PoisonRecord"]
+    assert [f[b"dlt.reason"] for _, f in dead] == [b"undecodable"]
     assert b"RecursionError" in dead[0][1][b"dlt.error.message"]
 
 
