@@ -78,6 +78,9 @@ class ShardCountMismatch(ConfigurationError):
 class DuplicateEventId(InvalidEvent):
     """An event with this event_id is already in the outbox."""
 
+    def __init__(self) -> None:
+        super().__init__("an event with this event_id already exists", field="event_id")
+
 
 __all__ = [
     "ConfigurationError",

@@ -188,6 +188,4 @@ def _duplicates_named() -> Iterator[None]:
     except UniqueViolation as exc:
         if exc.constraint not in _EVENT_ID_UNIQUE:
             raise
-        raise DuplicateEventId(
-            "an event with this event_id already exists", field="event_id"
-        ) from exc
+        raise DuplicateEventId() from exc

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from producer_lib.emitter import emits, emits_async
+from producer_lib.errors import DuplicateEventId
 from producer_lib.events import Event, EventRow
 from producer_lib.idempotency import reused
 from producer_lib.outbox import Outbox
@@ -69,6 +70,8 @@ class RecordingOutbox(Outbox):
         self._committed: list[RecordedEvent] = []
         self._pending: list[RecordedEvent] | None = None
         self._keys: dict[tuple[str, str], EventRow] = {}
+        # outbox_events.event_id is unique: a reused id is refused as the database refuses it.
+        self._ids: set[uuid.UUID] = set()
 
     @property
     def events(self) -> list[RecordedEvent]:
@@ -81,21 +84,29 @@ class RecordingOutbox(Outbox):
     def clear(self) -> None:
         self._committed.clear()
         self._keys.clear()
+        self._ids.clear()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         outer = self._pending
         self._pending = []
-        keys_before = dict(self._keys)
+        keys_before, ids_before = dict(self._keys), set(self._ids)
         try:
             yield
         except BaseException:
-            self._keys = keys_before
+            self._keys, self._ids = keys_before, ids_before
             raise
         else:
             (outer if outer is not None else self._committed).extend(self._pending)
         finally:
             self._pending = outer
+
+    def _held(self, row: EventRow) -> bool:
+        """An idempotency key seen before: the row returns that event and writes nothing."""
+        return (
+            row.idempotency_key is not None
+            and (self._opts.scope, row.idempotency_key) in self._keys
+        )
 
     def _record(self, row: EventRow) -> uuid.UUID:
         if row.idempotency_key is not None:
@@ -105,6 +116,9 @@ class RecordingOutbox(Outbox):
             if seen is not None:
                 return reused(row, seen.body_hash, seen.event_id)
             self._keys[held] = row
+        if row.event_id in self._ids:
+            raise DuplicateEventId()
+        self._ids.add(row.event_id)
         target = self._pending if self._pending is not None else self._committed
         target.append(RecordedEvent(row))
         return row.event_id
@@ -116,6 +130,10 @@ class RecordingOutbox(Outbox):
 
     def emit_batch(self, conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
         rows = [self.prepare(e) for e in events]
+        # One statement in the database: a reused event_id anywhere writes none of the batch.
+        ids = [r.event_id for r in rows if not self._held(r)]
+        if len(set(ids)) < len(ids) or self._ids.intersection(ids):
+            raise DuplicateEventId()
         return [self._record(r) for r in rows]
 
     @emits_async

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from producer_lib import (
+    DuplicateEventId,
     Event,
     EventEmitter,
     IdempotencyConflict,
@@ -65,6 +68,37 @@ def test_idempotency_keys() -> None:
     assert len(outbox.events) == 1
     with pytest.raises(IdempotencyConflict):
         outbox.emit(None, topic="t", key="k", event_type="E", payload={"a": 2}, idempotency_key="i")
+
+
+def test_a_reused_event_id_is_refused_as_the_database_refuses_it() -> None:
+    outbox = RecordingOutbox()
+    taken = uuid.uuid4()
+    outbox.emit(None, topic="t", key="k", event_type="E", payload={}, event_id=taken)
+    with pytest.raises(DuplicateEventId):
+        outbox.emit(None, topic="t", key="k", event_type="E", payload={}, event_id=taken)
+    # A batch is one statement: a reused id in it, or twice in it, writes none of it.
+    with pytest.raises(DuplicateEventId):
+        outbox.emit_batch(
+            None, [Event("t", "k", "E", {}), Event("t", "k", "E", {}, event_id=taken)]
+        )
+    again = uuid.uuid4()
+    with pytest.raises(DuplicateEventId):
+        outbox.emit_batch(None, [Event("t", "k", "E", {}, event_id=again)] * 2)
+    assert [e.event_id for e in outbox.events] == [taken]
+    # An id freed by a rolled-back transaction may be used again.
+    with pytest.raises(RuntimeError), outbox.transaction():
+        outbox.emit(None, topic="t", key="k", event_type="E", payload={}, event_id=again)
+        raise RuntimeError("rolled back")
+    outbox.emit(None, topic="t", key="k", event_type="E", payload={}, event_id=again)
+    # A retried emit with its idempotency key returns the first event, whatever its id.
+    kept = uuid.uuid4()
+    first = outbox.emit(
+        None, topic="t", key="k", event_type="E", payload={}, event_id=kept, idempotency_key="i"
+    )
+    retried = outbox.emit_batch(
+        None, [Event("t", "k", "E", {}, event_id=kept, idempotency_key="i")]
+    )
+    assert (first, retried) == (kept, [kept])
 
 
 async def test_async_methods() -> None:
