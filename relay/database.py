@@ -11,24 +11,34 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from outbox_core.database_url import DatabaseUrl, Dialect, supported, unsupported
 from outbox_core.errors import ConfigurationError
+from outbox_core.executors import AsyncPool
 from outbox_core.mariadb_pool import MariadbPool, session_init
 from outbox_core.pg_pool import PostgresPool
 from outbox_core.pg_session import Pooler, SessionSettings
 from outbox_core.settings import SettingsGroup
 from outbox_core.sqlite_thread import SqliteThread
 from relay.store.file_lock import RelayFileLock
-from relay.store.sql import SqlStore
+from relay.store.sql import POOL_ROLES, PoolRole, SqlStore
 
-# Postgres pools: the cycle's (one claim or settle at a time, and a spare) and a small one
-# of their own for leases, membership and gauges, which must not queue behind slow claims
-# or every lease expires at once.
+# Postgres and MariaDB pools, three, so that no loop waits for another's connection:
+# - work: the cycle's (one claim or settle at a time, and a spare), per lane;
+# - control: leases and membership, which must not queue behind slow claims or every lease
+#   expires at once;
+# - side: the backlog gauges, claim floors, horizon and purge. Their statements can grow
+#   with the table (a count over a large backlog took 2.7-6.9 s under load); on the
+#   control pool they once held both connections while a lease renewal and the claim
+#   floors waited, and a quiet tenant's events a second with them. Here they wait only
+#   for each other, each statement bounded by database_side_statement_timeout_s.
 WORK_CONNECTIONS = 2
 CONTROL_CONNECTIONS = 2
+SIDE_CONNECTIONS = 2
 OPEN_WAIT_S = 30.0
 WORK_CHECKOUT_S = 30.0
 # Control calls fail fast while the server is away, so a heartbeat round reports it
-# within seconds instead of queueing past the lease.
+# within seconds instead of queueing past the lease. A side loop's call may wait for the
+# other side loops' statements, each at most the side timeout.
 CONTROL_CHECKOUT_S = 5.0
+SIDE_STATEMENT_TIMEOUT_S = 10.0
 # The cycle's settles commit without waiting for the WAL flush (a disk round trip per
 # batch, most of a settle's time). A settle lost to a database crash (the last few
 # hundred milliseconds of them at most) leaves its rows pending, so they are published
@@ -110,6 +120,17 @@ class DatabaseSettings(SettingsGroup):
         "max_statement_time); a statement running longer fails and is retried (migrate "
         "runs without it).",
     )
+    database_side_statement_timeout_s: float | None = Field(
+        default=None,
+        ge=0.001,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="statement_timeout (MariaDB: max_statement_time) of the side loops' "
+        "connections: backlog gauges, claim floors, horizon, purge. They have connections "
+        "of their own, so they never delay a claim, a settle or a lease renewal; a statement "
+        "running longer fails and its loop tries again at its next round. Unset: 10 s, or "
+        "database_statement_timeout_s if that is lower; at most database_statement_timeout_s.",
+    )
     database_lock_timeout_s: float = Field(
         default=LOCK_TIMEOUT_S,
         ge=0.001,
@@ -174,6 +195,16 @@ class DatabaseSettings(SettingsGroup):
         return self
 
     @model_validator(mode="after")
+    def _side_within_statement(self) -> DatabaseSettings:
+        side = self.database_side_statement_timeout_s
+        if side is not None and side > self.database_statement_timeout_s:
+            raise ValueError(
+                "database_side_statement_timeout_s must not exceed "
+                "database_statement_timeout_s (it bounds the side loops more tightly)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _pooler_on_postgres(self) -> DatabaseSettings:
         # A transaction pooler changes how Postgres sessions are set up; on MariaDB it
         # would be silently ignored, and a proxy's pooling is not what the setting means.
@@ -197,16 +228,27 @@ class DatabaseSettings(SettingsGroup):
             "tcp_user_timeout": str(_ms(self.database_tcp_user_timeout_s)),
         }
 
-    def session(self, server: Mapping[str, str], *, timeouts: bool = True) -> SessionSettings:
+    def session(
+        self, server: Mapping[str, str], *, timeouts: bool = True, side: bool = False
+    ) -> SessionSettings:
         """The session settings of a connection: server settings (with the timeouts
-        unless told not to), keepalives, and the pooler they travel through."""
+        unless told not to; a side loop's statement timeout if side), keepalives, and the
+        pooler they travel through."""
         settings = dict(server)
         if timeouts:
-            settings["statement_timeout"] = str(_ms(self.database_statement_timeout_s))
+            settings["statement_timeout"] = str(_ms(self.statement_timeout_s(side)))
             settings["lock_timeout"] = str(_ms(self.database_lock_timeout_s))
         return SessionSettings(
             server=settings, libpq=self.keepalives(), pooler=self.database_pooler
         )
+
+    def statement_timeout_s(self, side: bool) -> float:
+        """The statement timeout of a side loop's connections (side) or the others'."""
+        everyone = self.database_statement_timeout_s
+        if not side:
+            return everyone
+        chosen = self.database_side_statement_timeout_s
+        return min(SIDE_STATEMENT_TIMEOUT_S, everyone) if chosen is None else chosen
 
 
 def _ms(seconds: float) -> int:
@@ -225,48 +267,39 @@ def read_url_file(path: str) -> str:
 def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
     """lanes: the pipeline's lanes (pipeline/loop.py); each gets work connections of its own."""
     db = settings.url
-    if db.dialect == "postgres":
-        return SqlStore(
-            PostgresPool(
-                db.url,
-                max_size=WORK_CONNECTIONS * lanes,
-                checkout_timeout_s=WORK_CHECKOUT_S,
-                open_wait_s=OPEN_WAIT_S,
-                session=settings.session(WORK_SETTINGS),
-            ),
-            PostgresPool(
-                db.url,
-                max_size=CONTROL_CONNECTIONS,
-                checkout_timeout_s=CONTROL_CHECKOUT_S,
-                open_wait_s=OPEN_WAIT_S,
-                session=settings.session(PLANNER_SETTINGS),
-            ),
-        )
-    if db.dialect == "mariadb":
-        # The same pools as on Postgres; the timeouts as the server's own: a lock wait
-        # ends with a retriable error after database_lock_timeout_s, a statement after
-        # database_statement_timeout_s (max_statement_time).
-        init = session_init(settings.database_lock_timeout_s, settings.database_statement_timeout_s)
-        return SqlStore(
-            MariadbPool(
-                db.url,
-                max_size=WORK_CONNECTIONS * lanes,
-                checkout_timeout_s=WORK_CHECKOUT_S,
-                open_wait_s=OPEN_WAIT_S,
-                init_command=init,
-            ),
-            MariadbPool(
-                db.url,
-                max_size=CONTROL_CONNECTIONS,
-                checkout_timeout_s=CONTROL_CHECKOUT_S,
-                open_wait_s=OPEN_WAIT_S,
-                init_command=init,
-            ),
-        )
     if db.dialect == "sqlite":
         return SqlStore(
             SqliteThread(db.url),
             file_lock=RelayFileLock(db.url, wait=settings.sqlite_wait_for_lock),
             sqlite_path=db.url,
         )
-    raise unsupported(db.dialect, "the relay")
+    if db.dialect not in ("postgres", "mariadb"):
+        raise unsupported(db.dialect, "the relay")
+    pools = {role: _pool(settings, role, lanes) for role in POOL_ROLES}
+    return SqlStore(pools["work"], pools["control"], pools["side"])
+
+
+def _pool(settings: DatabaseSettings, role: PoolRole, lanes: int) -> AsyncPool:
+    db, side = settings.url, role == "side"
+    size = {"work": WORK_CONNECTIONS * lanes, "control": CONTROL_CONNECTIONS}.get(
+        role, SIDE_CONNECTIONS
+    )
+    checkout_s = CONTROL_CHECKOUT_S if role == "control" else WORK_CHECKOUT_S
+    if db.dialect == "mariadb":
+        # The timeouts as the server's own: a lock wait ends with a retriable error after
+        # database_lock_timeout_s, a statement after its pool's timeout (max_statement_time).
+        init = session_init(settings.database_lock_timeout_s, settings.statement_timeout_s(side))
+        return MariadbPool(
+            db.url,
+            max_size=size,
+            checkout_timeout_s=checkout_s,
+            open_wait_s=OPEN_WAIT_S,
+            init_command=init,
+        )
+    return PostgresPool(
+        db.url,
+        max_size=size,
+        checkout_timeout_s=checkout_s,
+        open_wait_s=OPEN_WAIT_S,
+        session=settings.session(WORK_SETTINGS if role == "work" else PLANNER_SETTINGS, side=side),
+    )

@@ -17,7 +17,7 @@ import functools
 import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from outbox_core.codec import codec_for
 from outbox_core.database_url import DIALECT_NAMES, Dialect
@@ -202,21 +202,31 @@ def claimed_row_maker(columns: tuple[str, ...]) -> Callable[[Sequence[Any]], Cla
     return lambda row: _new_claimed_row(pick(row))
 
 
+# Which connections a statement runs on (relay/database.py says why there are three).
+PoolRole = Literal["work", "control", "side"]
+POOL_ROLES: tuple[PoolRole, ...] = get_args(PoolRole)
+
+
 class SqlStore:
-    """work: the connections the lanes claim and settle on; control: leases,
-    membership and gauges (the same object on SQLite, which has one connection)."""
+    """work: the connections the lanes claim and settle on; control: leases and
+    membership; side: gauges, claim floors, horizon, purge and the operator's commands.
+    On SQLite, which has one connection, the three are the same object."""
 
     def __init__(
         self,
         work: AsyncPool,
         control: AsyncPool | None = None,
+        side: AsyncPool | None = None,
         *,
         file_lock: RelayFileLock | None = None,
         sqlite_path: str | None = None,
     ) -> None:
         self.dialect: Dialect = work.dialect
-        self._work = work
-        self._control = control or work
+        self._pools: dict[PoolRole, AsyncPool] = {
+            "work": work,
+            "control": control or work,
+            "side": side or control or work,
+        }
         self._codec = codec_for(self.dialect)
         self._settle = SETTLE_FORMS[self.dialect]
         self._claim = CLAIM_FORMS[self.dialect]
@@ -227,23 +237,26 @@ class SqlStore:
 
     # ---------------------------------------------------------------- plumbing
 
-    async def _run(self, statement: Statement, *, control: bool = False) -> Rows:
+    async def _run(self, statement: Statement, *, pool: PoolRole = "work") -> Rows:
         try:
-            return await (self._control if control else self._work).run(statement)
+            return await self._pools[pool].run(statement)
         except RelayError:
             raise
         except OutboxError as exc:
             raise _unavailable(statement.query, exc) from exc
 
     async def _plan(
-        self, what: str, plan: Plan, *, control: bool = False, write: bool = True
+        self, what: str, plan: Plan, *, pool: PoolRole = "work", write: bool = True
     ) -> Any:
         try:
-            return await (self._control if control else self._work).run_plan(plan, write=write)
+            return await self._pools[pool].run_plan(plan, write=write)
         except RelayError:
             raise
         except OutboxError as exc:
             raise _unavailable(what, exc) from exc
+
+    def _distinct_pools(self) -> list[AsyncPool]:
+        return list({id(p): p for p in self._pools.values()}.values())
 
     async def open(self) -> None:
         if self._sqlite_path is not None and not await asyncio.to_thread(
@@ -255,18 +268,16 @@ class SqlStore:
         if self._lock is not None:
             await self._lock.acquire()
         try:
-            await self._work.open()
-            if self._control is not self._work:
-                await self._control.open()
+            for pool in self._distinct_pools():
+                await pool.open()
         except StartupParameterRefused as exc:
             raise PoolerRefused(exc) from exc
         except OutboxError as exc:
             raise _unavailable(f"cannot connect to {DIALECT_NAMES[self.dialect]}", exc) from exc
 
     async def close(self) -> None:
-        await self._work.close()
-        if self._control is not self._work:
-            await self._control.close()
+        for pool in self._distinct_pools():
+            await pool.close()
         if self._lock is not None:
             self._lock.release()
 
@@ -335,45 +346,45 @@ class SqlStore:
     async def floor_last_id(self) -> int | None:
         if self.dialect != "postgres":
             return None
-        rows = await self._run(Statement("outbox_floor_mark", named=True), control=True)
+        rows = await self._run(Statement("outbox_floor_mark", named=True), pool="side")
         mark = _by_name(rows)[0]
         if mark["last_id"] is None or int(mark["cache"]) != 1:
             return None
         return int(mark["last_id"])
 
     async def floor_writers(self) -> tuple[str, ...]:
-        found = await self._run(Statement("outbox_floor_writers"), control=True)
+        found = await self._run(Statement("outbox_floor_writers"), pool="side")
         return tuple(found[0][0])
 
     async def floor_writers_left(self, writers: Sequence[str]) -> int:
         if not writers:
             return 0
         rows = await self._run(
-            Statement("outbox_floor_writers_left", {"writers": list(writers)}), control=True
+            Statement("outbox_floor_writers_left", {"writers": list(writers)}), pool="side"
         )
         return int(rows[0][0])
 
     async def floor_lowest(self, floors: Mapping[int, int]) -> dict[int, int | None]:
         params = {"shards": list(floors), "floors": list(floors.values())}
-        rows = await self._run(Statement("outbox_floor_lowest", params), control=True)
+        rows = await self._run(Statement("outbox_floor_lowest", params), pool="side")
         return {int(s): None if low is None else int(low) for s, low in rows}
 
     async def floor_unpublished_between(
         self, low: int, high: Mapping[int, int]
     ) -> dict[int, int | None]:
         params = {"shards": list(high), "low": low, "high": list(high.values())}
-        rows = await self._run(Statement("outbox_floor_rescan", params), control=True)
+        rows = await self._run(Statement("outbox_floor_rescan", params), pool="side")
         return {int(s): None if found is None else int(found) for s, found in rows}
 
     async def horizon(self) -> list[HorizonHolder]:
         if self.dialect != "postgres":
             return []
-        rows = await self._run(Statement("database_horizon", named=True), control=True)
+        rows = await self._run(Statement("database_horizon", named=True), pool="side")
         return [HorizonHolder.from_row(r) for r in _by_name(rows)]
 
     async def backlog(self, shard_count: int) -> Backlog:
         plan = plans.backlog(self._codec, shard_count, self._floors)
-        found: Backlog = await self._plan("outbox_backlog", plan, control=True, write=False)
+        found: Backlog = await self._plan("outbox_backlog", plan, pool="side", write=False)
         return found
 
     async def backlog_by_tenant(self, top: int, shard_count: int) -> list[TenantBacklog]:
@@ -381,23 +392,23 @@ class SqlStore:
         floors = [self._floors.get(shard, 0) for shard in shards]
         c = self._codec
         params = {"top": top, "shards": c.array(shards), "floors": c.array(floors)}
-        rows = await self._run(Statement("outbox_backlog_by_tenant", params), control=True)
+        rows = await self._run(Statement("outbox_backlog_by_tenant", params), pool="side")
         return [TenantBacklog.from_row(r) for r in rows]
 
     async def lease_list(self) -> list[Lease]:
         leases: list[Lease] = await self._plan(
-            "lease_list", plans.lease_list(), control=True, write=False
+            "lease_list", plans.lease_list(), pool="control", write=False
         )
         return leases
 
     async def replica_list_live(self) -> list[str]:
         live: list[str] = await self._plan(
-            "replica_list_live", plans.replica_list_live(), control=True, write=False
+            "replica_list_live", plans.replica_list_live(), pool="control", write=False
         )
         return live
 
     async def replica_roster(self) -> list[tuple[str, bool]]:
-        rows = await self._run(Statement("replica_roster"), control=True)
+        rows = await self._run(Statement("replica_roster"), pool="control")
         return [(str(r[0]), bool(r[1])) for r in rows]
 
     # ---------------------------------------------------------------- writes
@@ -422,7 +433,7 @@ class SqlStore:
     async def lease_acquire(self, shard: int, owner: str, ttl_s: float) -> int | None:
         params = {"shard": shard, "owner": owner, "ttl_s": self._codec.seconds(ttl_s)}
         rows: Rows = await self._plan(
-            "lease_acquire", self._write("lease_acquire", params), control=True
+            "lease_acquire", self._write("lease_acquire", params), pool="control"
         )
         return int(rows[0][0]) if rows else None
 
@@ -437,20 +448,20 @@ class SqlStore:
             "ttl_s": c.seconds(ttl_s),
         }
         rows: Rows = await self._plan(
-            "lease_renew", self._write("lease_renew", params), control=True
+            "lease_renew", self._write("lease_renew", params), pool="control"
         )
         return {int(r[0]) for r in rows}
 
     async def lease_release(self, shard: int, owner: str, token: int) -> None:
         params = {"shard": shard, "owner": owner, "token": token}
-        await self._run(Statement("lease_release", params), control=True)
+        await self._run(Statement("lease_release", params), pool="control")
 
     async def replica_heartbeat(self, owner: str, ttl_s: float) -> None:
         params = {"owner": owner, "ttl_s": self._codec.seconds(ttl_s)}
-        await self._run(Statement("replica_heartbeat", params), control=True)
+        await self._run(Statement("replica_heartbeat", params), pool="control")
 
     async def replica_remove(self, owner: str) -> None:
-        await self._run(Statement("replica_remove", {"owner": owner}), control=True)
+        await self._run(Statement("replica_remove", {"owner": owner}), pool="control")
 
     async def purge(self, retention_s: float, idempotency_retention_s: float, limit: int) -> int:
         c = self._codec
@@ -470,7 +481,7 @@ class SqlStore:
             yield Statement("replica_purge_dead")
             return len(published) + len(history) + len(keys)
 
-        removed: int = await self._plan("purge", plan(), control=True)
+        removed: int = await self._plan("purge", plan(), pool="side")
         return removed
 
     async def rotate_published(self, rotation: Rotation) -> Rotated:
@@ -481,7 +492,7 @@ class SqlStore:
             "lock_timeout_ms": rotation.lock_timeout_ms,
         }
         rows: Rows = await self._plan(
-            "rotate", _single_write("outbox_published_rotate", params), control=True
+            "rotate", _single_write("outbox_published_rotate", params), pool="side"
         )
         created, dropped, skipped = rows[0]
         return Rotated(int(created), int(dropped), int(skipped))
@@ -491,7 +502,7 @@ class SqlStore:
     async def parked_list(self, rows: RowFilter) -> list[ParkedRow]:
         plan = plans.parked_list(self._codec, rows)
         found: list[ParkedRow] = await self._plan(
-            "outbox_parked_list", plan, control=True, write=False
+            "outbox_parked_list", plan, pool="side", write=False
         )
         return found
 
@@ -505,14 +516,14 @@ class SqlStore:
 
     async def replay_list(self, rows: ReplayFilter) -> list[int]:
         plan = plans.replay_list(self._codec, rows)
-        found: list[int] = await self._plan("outbox_replay_list", plan, control=True, write=False)
+        found: list[int] = await self._plan("outbox_replay_list", plan, pool="side", write=False)
         return found
 
     async def replay(self, ids: Sequence[int]) -> Changed:
         return await self._change("outbox_replay", plans.replay(self._codec, ids))
 
     async def _change(self, what: str, plan: Plan) -> Changed:
-        changed: Changed = await self._plan(what, plan, control=True)
+        changed: Changed = await self._plan(what, plan, pool="side")
         return changed
 
 

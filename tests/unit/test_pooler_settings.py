@@ -85,6 +85,9 @@ def test_the_url_s_own_connection_parameters_win() -> None:
         ("database_statement_timeout_s", "1e12"),
         ("database_statement_timeout_s", "0.0001"),  # 0 ms: no timeout at all
         ("database_lock_timeout_s", "0"),
+        ("database_side_statement_timeout_s", "0"),
+        ("database_side_statement_timeout_s", "nan"),
+        ("database_side_statement_timeout_s", "-5"),
         ("database_lock_timeout_s", "nan"),
         ("database_keepalives_idle_s", "0"),
         ("database_keepalives_idle_s", "1.5"),
@@ -103,6 +106,26 @@ def test_hostile_values_are_refused_at_load(name: str, value: str) -> None:
 def test_a_lock_timeout_beyond_the_statement_timeout_is_refused() -> None:
     with pytest.raises(RelayConfigError, match="must not exceed database_statement_timeout_s"):
         _settings(database_statement_timeout_s=2, database_lock_timeout_s=3)
+
+
+def test_a_side_loop_timeout_beyond_the_statement_timeout_is_refused() -> None:
+    with pytest.raises(RelayConfigError, match="must not exceed database_statement_timeout_s"):
+        _settings(database_statement_timeout_s=2, database_side_statement_timeout_s=3)
+
+
+@pytest.mark.parametrize(
+    ("statement", "side", "expected"),
+    [(30, None, 10), (6, None, 6), (30, 20, 20), (30, 0.5, 0.5)],
+)
+def test_side_loops_get_their_own_statement_timeout(
+    statement: float, side: float | None, expected: float
+) -> None:
+    over = {} if side is None else {"database_side_statement_timeout_s": side}
+    db = _settings(database_statement_timeout_s=statement, **over).database
+    assert db.statement_timeout_s(side=True) == expected
+    assert db.statement_timeout_s(side=False) == statement
+    sent = db.session({}, side=True).server["statement_timeout"]
+    assert sent == str(round(expected * 1000))
 
 
 @pytest.mark.parametrize(

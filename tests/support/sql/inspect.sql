@@ -57,3 +57,7 @@ DELETE FROM outbox_relay_leases;
 
 -- name: replicas_clear
 DELETE FROM outbox_relay_replicas;
+
+-- name: idempotency_rows_lock
+-- Holds every idempotency key until the transaction ends: a purge of them waits.
+SELECT scope FROM outbox_idempotency FOR UPDATE;

@@ -208,3 +208,11 @@ ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_headers_check;
 INSERT INTO outbox_events (event_id, topic, `key`, shard, event_type, payload, headers)
 VALUES (UUID(), %(topic)s, %(key)s, %(shard)s, 'Hostile', %(payload)s, %(headers)s)
 RETURNING id;
+
+-- name: lock_waiters
+-- Transactions of this database waiting for a row lock (innodb_trx is server-wide: the
+-- processlist names each one's database).
+SELECT count(*)
+FROM information_schema.innodb_trx t
+JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE();

@@ -300,3 +300,8 @@ BEGIN
     END IF;
 END
 $template$;
+
+-- name: lock_waiters
+-- Sessions of this database waiting for a lock another transaction holds.
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock';
