@@ -32,6 +32,15 @@ class GaugeSettings(SettingsGroup):
         gt=0,
         description="How often pending/parked/oldest-age gauges are refreshed (never per scrape).",
     )
+    count_limit: int = Field(
+        default=100_000,
+        ge=1,
+        le=1_000_000_000,
+        description="The pending and parked gauges count at most this many rows a refresh, "
+        "so a refresh costs the same over any backlog: a larger backlog reads as this many "
+        "(the per-tenant gauges count among the first this many pending rows). The oldest "
+        "pending age is exact at any size; `outbox-relay status` counts every row.",
+    )
     tenant_top: int = Field(
         default=10,
         ge=0,
@@ -64,11 +73,12 @@ class Gauges:
         self._sup = supervisor
 
     async def run_once(self) -> Backlog:
-        backlog = await self._store.backlog(self.shard_count)
+        limit = self.settings.count_limit
+        backlog = await self._store.backlog(self.shard_count, limit)
         self._observer.backlog(backlog)
         if self.settings.tenant_top:
             by_tenant = await self._store.backlog_by_tenant(
-                self.settings.tenant_top, self.shard_count
+                self.settings.tenant_top, self.shard_count, limit
             )
             self._observer.tenant_backlog(by_tenant)
         return backlog

@@ -35,13 +35,21 @@ def shard_count() -> Plan:
     return int(rows[0][0]) if rows else 0
 
 
-def backlog(codec: Codec, shard_count: int, floors: Mapping[int, int]) -> Plan:
-    """Backlog counts; floors: each shard's claim floor (a shard not named: from 0)."""
+# A count limit no backlog reaches: `status` counts every row.
+EXACT = 2**62
+
+
+def backlog(
+    codec: Codec, shard_count: int, floors: Mapping[int, int], count_limit: int = EXACT
+) -> Plan:
+    """Backlog counts, each stopping at count_limit rows; floors: each shard's claim floor
+    (a shard not named: from 0)."""
     shards = list(range(shard_count))
     params = {
         "shard_count": shard_count,  # SQLite
         "shards": codec.array(shards),
         "floors": codec.array([floors.get(shard, 0) for shard in shards]),
+        "count_limit": count_limit,
     }
     rows = yield Statement("outbox_backlog", params)
     return Backlog.from_row(rows[0])

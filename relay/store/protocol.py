@@ -357,14 +357,17 @@ class Store(Protocol):
         (Postgres; nothing on SQLite)."""
         ...
 
-    async def backlog(self, shard_count: int) -> Backlog:
-        """Pending and parked counts and the oldest pending age, cheap enough to poll."""
+    async def backlog(self, shard_count: int, count_limit: int) -> Backlog:
+        """Pending and parked counts, each stopping at count_limit rows so that a poll
+        costs the same over any backlog, and the oldest pending age (exact)."""
         ...
 
-    async def backlog_by_tenant(self, top: int, shard_count: int) -> list[TenantBacklog]:
+    async def backlog_by_tenant(
+        self, top: int, shard_count: int, count_limit: int
+    ) -> list[TenantBacklog]:
         """Pending rows and oldest pending age of the top tenants by pending rows, and of
-        the rest together: a bounded set, for gauges (Postgres: counted above the claim
-        floors, like backlog)."""
+        the rest together: a bounded set, for gauges, over at most count_limit pending
+        rows (Postgres: counted above the claim floors, like backlog)."""
         ...
 
     # Operator actions (`outbox-relay parked|replay`). Parked rows are worked by no relay,

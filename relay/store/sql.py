@@ -382,16 +382,23 @@ class SqlStore:
         rows = await self._run(Statement("database_horizon", named=True), pool="side")
         return [HorizonHolder.from_row(r) for r in _by_name(rows)]
 
-    async def backlog(self, shard_count: int) -> Backlog:
-        plan = plans.backlog(self._codec, shard_count, self._floors)
+    async def backlog(self, shard_count: int, count_limit: int) -> Backlog:
+        plan = plans.backlog(self._codec, shard_count, self._floors, count_limit)
         found: Backlog = await self._plan("outbox_backlog", plan, pool="side", write=False)
         return found
 
-    async def backlog_by_tenant(self, top: int, shard_count: int) -> list[TenantBacklog]:
+    async def backlog_by_tenant(
+        self, top: int, shard_count: int, count_limit: int
+    ) -> list[TenantBacklog]:
         shards = list(range(shard_count))
         floors = [self._floors.get(shard, 0) for shard in shards]
         c = self._codec
-        params = {"top": top, "shards": c.array(shards), "floors": c.array(floors)}
+        params = {
+            "top": top,
+            "shards": c.array(shards),
+            "floors": c.array(floors),
+            "count_limit": count_limit,
+        }
         rows = await self._run(Statement("outbox_backlog_by_tenant", params), pool="side")
         return [TenantBacklog.from_row(r) for r in rows]
 

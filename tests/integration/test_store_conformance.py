@@ -17,7 +17,9 @@ from outbox_core.migrate import available
 from producer_lib import Outbox
 from relay.errors import StoreUnavailable
 from relay.store import AppliedMigration, Failure, Lease, Policy, Settled, Store
+from relay.store.plans import EXACT
 from tests.support.db import Backend
+from tests.support.ops import backdate, park
 from tests.support.stores import (
     claim,
     emit,
@@ -517,6 +519,24 @@ async def test_purge_removes_old_published_rows_in_batches_and_old_idempotency_k
 
 
 # ---------------------------------------------------------------------------- basics
+
+
+async def test_backlog_counts_stop_at_their_limit_and_the_oldest_age_is_exact(
+    backend: Backend, store: Store
+) -> None:
+    k, x = keys_on_shard(SHARD, 2)
+    first = emit(backend, *(event(k) for _ in range(3)))
+    backdate(backend, first[:1], 120)  # the oldest pending row
+    parked = emit(backend, event(x), event(x))
+    emit(backend, *(event(x) for _ in range(3)))
+    park(backend, parked, "RecordTooLarge: made up")
+    exact = await store.backlog(16, EXACT)
+    assert (exact.pending, exact.parked) == (6, 2)
+    assert exact.oldest_pending_age_s >= 120
+    for limit, pending, parked_seen in ((4, 4, 2), (1, 1, 1)):
+        bounded = await store.backlog(16, limit)
+        assert (bounded.pending, bounded.parked) == (pending, parked_seen)
+        assert bounded.oldest_pending_age_s >= 120
 
 
 async def test_migrations_and_shard_count(backend: Backend, store: Store) -> None:

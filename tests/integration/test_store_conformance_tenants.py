@@ -11,6 +11,7 @@ from collections import defaultdict
 import pytest
 
 from relay.store import ClaimedRow, Failure, Policy, Store, TenantTurns
+from relay.store.plans import EXACT
 from tests.support.db import Backend
 from tests.support.stores import claim, emit, event, ids_of, keys_on_shard, settle
 
@@ -252,16 +253,16 @@ async def test_backlog_by_tenant_names_the_top_tenants_and_sums_the_rest(
     emit(backend, *(event(k, tenant="B") for _ in range(3)))
     emit(backend, *(event(k) for _ in range(4)))
     emit(backend, event(k, tenant="C"), event(k, tenant="D"))
-    (everyone,) = await store.backlog_by_tenant(0, 16)
+    (everyone,) = await store.backlog_by_tenant(0, 16, EXACT)
     assert (everyone.tenant, everyone.other, everyone.pending) == (None, True, 14)
-    top = await store.backlog_by_tenant(2, 16)
+    top = await store.backlog_by_tenant(2, 16, EXACT)
     assert [(t.tenant, t.other, t.pending) for t in top] == [
         ("A", False, 5),
         (None, False, 4),
         (None, True, 5),
     ]
     assert all(0.0 <= t.oldest_pending_age_s < 60 for t in top)
-    every = await store.backlog_by_tenant(10, 16)
+    every = await store.backlog_by_tenant(10, 16, EXACT)
     assert [(t.tenant, t.other, t.pending) for t in every] == [
         ("A", False, 5),
         (None, False, 4),
@@ -269,3 +270,6 @@ async def test_backlog_by_tenant_names_the_top_tenants_and_sums_the_rest(
         ("C", False, 1),
         ("D", False, 1),
     ]
+    # A bounded walk: the counts are of the first pending rows read, never more.
+    walked = await store.backlog_by_tenant(10, 16, 6)
+    assert sum(t.pending for t in walked) == 6

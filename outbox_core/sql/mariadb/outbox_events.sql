@@ -250,9 +250,14 @@ SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
 outbox_events e
 
 -- name: outbox_backlog
+-- The counts stop at count_limit rows, so a refresh costs the same over any backlog.
 SELECT
-    (SELECT count(*) FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'pending'),
-    (SELECT count(*) FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'parked'),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'pending'
+        LIMIT %(count_limit)s) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'parked'
+        LIMIT %(count_limit)s) AS c),
     coalesce((SELECT TIMESTAMPDIFF(MICROSECOND, min(e.created_at), NOW(6)) / 1e6
               FROM {{backlog_rows}} WHERE e.published_at IS NULL AND e.status = 'pending'), 0);
 

@@ -367,12 +367,18 @@ RETURNING 1;
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
 
 -- name: outbox_backlog
--- For gauges and `status`. The counts walk only the partial index of unpublished rows,
--- each shard's from its claim floor (so not through the dead entries an old snapshot
--- keeps); the oldest pending row is found per shard through the same index.
+-- For gauges and `status`. The pending count walks only the partial index of unpublished
+-- rows, each shard's from its claim floor (so not through the dead entries an old
+-- snapshot keeps), and stops at count_limit rows; parked rows are counted through the
+-- index of failed rows, up to the same limit. The oldest pending row is found per shard
+-- through the unpublished index: exact at any backlog, a probe per shard.
 SELECT
-    (SELECT count(*) FROM {{backlog_rows}} WHERE e.status = 'pending'),
-    (SELECT count(*) FROM {{backlog_rows}} WHERE e.status = 'parked'),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM {{backlog_rows}} WHERE e.status = 'pending' LIMIT %(count_limit)s) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM outbox_events e
+        WHERE e.published_at IS NULL AND e.status = 'parked'
+        LIMIT %(count_limit)s) AS c),
     (SELECT coalesce(extract(epoch FROM now() - min(o.created_at))::float8, 0)
      FROM outbox_events o
      WHERE o.id IN (

@@ -37,13 +37,20 @@
 -- For the per-tenant gauges: pending rows and the oldest one's age of the `top` tenants
 -- with the most pending rows (tenant NULL: the untenanted rows, other false), and the
 -- rest summed into one row (other true), so the label set stays bounded. One pass over
--- the unpublished rows per refresh, never per scrape. rows: where the outbox's rows `e`
--- are read from (Postgres: above each shard's claim floor, where every row is published).
-WITH per_tenant AS (
-    SELECT e.tenant, count(*) AS pending, min(e.created_at) AS oldest
+-- at most count_limit pending rows per refresh, never per scrape, so its cost is bounded
+-- whatever the backlog: past the limit the counts are those of the rows walked first.
+-- rows: where the outbox's rows `e` are read from (Postgres: above each shard's claim
+-- floor, where every row is published).
+WITH walked AS (
+    SELECT e.tenant, e.created_at
     FROM {{rows}}
     WHERE e.published_at IS NULL AND e.status = 'pending'
-    GROUP BY e.tenant
+    LIMIT :count_limit
+),
+per_tenant AS (
+    SELECT tenant, count(*) AS pending, min(created_at) AS oldest
+    FROM walked
+    GROUP BY tenant
 ),
 ranked AS (
     SELECT tenant, pending, oldest,

@@ -173,9 +173,14 @@ RETURNING 1;
 SELECT coalesce(max(shard), -1) FROM outbox_events WHERE published_at IS NULL;
 
 -- name: outbox_backlog
+-- The counts stop at count_limit rows, so a refresh costs the same over any backlog.
 SELECT
-    (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND status = 'pending'),
-    (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND status = 'parked'),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM outbox_events WHERE published_at IS NULL AND status = 'pending'
+        LIMIT :count_limit)),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM outbox_events WHERE published_at IS NULL AND status = 'parked'
+        LIMIT :count_limit)),
     coalesce((SELECT (julianday('now') - julianday(min(created_at))) * 86400.0
               FROM outbox_events WHERE published_at IS NULL AND status = 'pending'), 0)
     + 0 * :shard_count;
