@@ -20,6 +20,7 @@ from relay.control.floors import RESCAN_SLICES, ClaimFloors, FloorSettings
 from relay.control.horizon import Horizon, HorizonSettings
 from relay.ops.observer import RelayObserver
 from relay.store import Store
+from relay.store.plans import EXACT
 from tests.support.db import Backend, postgres_backend
 from tests.support.stores import (
     SHARD_COUNT,
@@ -231,6 +232,7 @@ async def test_the_backlog_gauges_walk_only_above_the_floors_under_an_old_snapsh
             "shard_count": SHARD_COUNT,
             "shards": list(by_shard),
             "floors": list(by_shard.values()),
+            "count_limit": EXACT,
         }
         return held_buffers(pg.target, "outbox_backlog_by_tenant", params) + held_buffers(
             pg.target, "outbox_backlog", params
