@@ -149,7 +149,7 @@ def test_mysqlclient_build_deps_are_installed_only_when_missing(
     installs: list[list[str]] = []
     checked = subprocess.CompletedProcess(["pkg-config"], 0 if found else 1, "", "")
     monkeypatch.setattr(service_common, "run", lambda *_, **__: checked)
-    monkeypatch.setattr(service_common.os, "geteuid", lambda: 0 if root else 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
     monkeypatch.setattr(service_common, "apt_get_install", lambda p, **_: installs.append(p))
     if not found and not root:
         with pytest.raises(ServiceError, match="libmariadb-dev and pkg-config"):
