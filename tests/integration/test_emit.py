@@ -209,6 +209,25 @@ def test_bad_input_raises_before_any_write(orders: Backend, kind: str) -> None:
     assert str(info.value)
 
 
+def _autocommit_refused(backend: Backend, raws: list[Any], sa_kind: str) -> None:
+    """Each raw connection (autocommit mode, no BEGIN) and a Connection of an AUTOCOMMIT
+    engine on the SQLAlchemy driver `sa_kind` names are refused with NoTransaction."""
+    from sqlalchemy import create_engine
+
+    from producer_lib import NoTransaction
+
+    for raw in raws:
+        try:
+            with pytest.raises(NoTransaction):
+                Outbox().emit(raw, **emit_kwargs())
+        finally:
+            raw.close()
+    engine = create_engine(sqlalchemy_url(backend, sa_kind), isolation_level="AUTOCOMMIT")
+    with engine.connect() as sa_conn, pytest.raises(NoTransaction):
+        Outbox().emit(sa_conn, **emit_kwargs())
+    engine.dispose()
+
+
 def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
@@ -219,35 +238,15 @@ def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> No
     if orders.dialect == "mariadb":
         from tests.support.mariadb import connect
 
-        for raw in (connect(orders.target, autocommit=True), connect_mysqldb(orders)):
-            raw.autocommit(True)
-            try:
-                with pytest.raises(NoTransaction):
-                    outbox.emit(raw, **emit_kwargs())
-            finally:
-                raw.close()
-        mysqldb_engine = create_engine(
-            sqlalchemy_url(orders, "sa_mysqldb_connection"), isolation_level="AUTOCOMMIT"
-        )
-        with mysqldb_engine.connect() as sa_conn, pytest.raises(NoTransaction):
-            outbox.emit(sa_conn, **emit_kwargs())
-        mysqldb_engine.dispose()
+        mysqldb = connect_mysqldb(orders)
+        mysqldb.autocommit(True)
+        raws = [connect(orders.target, autocommit=True), mysqldb]
+        _autocommit_refused(orders, raws, "sa_mysqldb_connection")
     elif orders.dialect == "postgres":
-        with psycopg.connect(orders.target, autocommit=True) as conn, pytest.raises(NoTransaction):
-            outbox.emit(conn, **emit_kwargs())
-        raw2 = connect_psycopg2(orders)
-        raw2.autocommit = True
-        try:
-            with pytest.raises(NoTransaction):
-                outbox.emit(raw2, **emit_kwargs())
-        finally:
-            raw2.close()
-        psycopg2_engine = create_engine(
-            sqlalchemy_url(orders, "sa_psycopg2_connection"), isolation_level="AUTOCOMMIT"
-        )
-        with psycopg2_engine.connect() as sa_conn, pytest.raises(NoTransaction):
-            outbox.emit(sa_conn, **emit_kwargs())
-        psycopg2_engine.dispose()
+        psycopg2_raw = connect_psycopg2(orders)
+        psycopg2_raw.autocommit = True
+        raws = [psycopg.connect(orders.target, autocommit=True), psycopg2_raw]
+        _autocommit_refused(orders, raws, "sa_psycopg2_connection")
     else:
         import sqlite3
 
