@@ -6,14 +6,14 @@ from text, so there lists are JSON (read with json_each), times ISO-8601 UTC tex
 milliseconds and a Z, and seconds decimal text. Every caller encodes through one of these
 instead of branching on the dialect.
 
-MariaDB (PyMySQL, aiomysql, mysqlclient) has no arrays either: lists are JSON, read with JSON_TABLE;
-its DATETIME(6) columns hold UTC without a zone (sessions run at time_zone '+00:00'), so
-times travel as naive UTC datetimes, which PyMySQL and mysqlclient render with their
-microseconds (an aware one would be rendered in its own zone, the offset dropped); UUIDs are CHAR(36) text;
-seconds are decimal text, exact to the microsecond in INTERVAL arithmetic. Booleans are
-TINYINT(1): the drivers send True as 1 and read back 1, so callers compare with bool().
-The three render every parameter into the statement on the client alike: bytes escaped
-(a BLOB takes any byte), None as NULL, JSON text as a quoted string.
+MariaDB (PyMySQL, aiomysql, mysqlclient) has no arrays either: lists are JSON, read with
+JSON_TABLE; its DATETIME(6) columns hold UTC without a zone (sessions run at time_zone
+'+00:00'), so times travel as naive UTC datetimes, which the drivers render with their
+microseconds (an aware one would be rendered in its own zone, the offset dropped); UUIDs
+are CHAR(36) text; seconds are decimal text, exact to the microsecond in INTERVAL
+arithmetic. Booleans are TINYINT(1): the drivers send True as 1 and read back 1, so
+callers compare with bool(). The three render every parameter into the statement on the
+client alike: bytes escaped (a BLOB takes any byte), None as NULL, JSON text quoted.
 
 Below the dialect, each Postgres driver binds those values its own way, and the executor
 of a connection hands them over through `for_driver` as it binds a statement: psycopg 3

@@ -2,9 +2,9 @@
 
 Covers psycopg 3 (its pool's PoolTimeout is an OperationalError), psycopg2, asyncpg,
 sqlite3, PyMySQL (and aiomysql, which raises PyMySQL's exceptions), mysqlclient, and the
-wrappers of SQLAlchemy and Django around any of them. Whether an error is
-retriable is decided here once, from one SQLSTATE table (MariaDB's drivers give the
-server's error number instead, and have a table of their own), for every driver and library.
+wrappers of SQLAlchemy and Django around any of them. Whether an error is retriable is
+decided here once, from one SQLSTATE table (MariaDB's drivers give the server's error
+number instead, and have a table of their own), for every driver and library.
 A driver's module is only looked at when it has been imported: an exception cannot come
 from a driver nobody loaded, and a service need not install drivers it does not use.
 """

@@ -4,9 +4,8 @@ Supported: SQLAlchemy Session, Connection, AsyncSession and AsyncConnection (psy
 psycopg2, asyncpg, sqlite3, PyMySQL, mysqlclient or aiomysql underneath); a raw psycopg 3
 Connection or AsyncConnection, a psycopg2 connection, an asyncpg Connection, an
 sqlite3.Connection and a PyMySQL, mysqlclient (MySQLdb) or aiomysql connection (MariaDB,
-MySQL); Django's
-connection (`django.db.connection` or `connections[alias]`, Postgres backend) inside
-`transaction.atomic()`. emit never commits, so a connection that would commit each
+MySQL); Django's connection (`django.db.connection` or `connections[alias]`, Postgres
+backend) inside `transaction.atomic()`. emit never commits, so a connection that would commit each
 statement by itself (autocommit, no transaction begun) is refused with NoTransaction: the
 event could otherwise commit without the caller's write.
 
@@ -114,9 +113,7 @@ def _require_mysql_transaction(conn: Any) -> None:
             "MySQL connection is in autocommit mode outside a transaction: call "
             "`conn.begin()` (or connect with autocommit off) so the event commits with your write"
         )
-    # mysqlclient names its character set through a method, the others an attribute.
-    name = getattr(conn, "character_set_name", None)
-    charset = name() if callable(name) else conn.charset
+    charset = conn.character_set_name()
     if charset != "utf8mb4":
         raise UnsupportedConnection(
             f"MySQL connection uses the character set {charset!r}: connect with "
