@@ -6,12 +6,14 @@ from text, so there lists are JSON (read with json_each), times ISO-8601 UTC tex
 milliseconds and a Z, and seconds decimal text. Every caller encodes through one of these
 instead of branching on the dialect.
 
-MariaDB (PyMySQL, aiomysql) has no arrays either: lists are JSON, read with JSON_TABLE;
-its DATETIME(6) columns hold UTC without a zone (sessions run at time_zone '+00:00'), so
-times travel as naive UTC datetimes, which PyMySQL renders with their microseconds (an
-aware one would be rendered in its own zone, the offset dropped); UUIDs are CHAR(36) text;
-seconds are decimal text, exact to the microsecond in INTERVAL arithmetic. Booleans are
-TINYINT(1): PyMySQL sends True as 1 and reads back 1, so callers compare with bool().
+MariaDB (PyMySQL, aiomysql, mysqlclient) has no arrays either: lists are JSON, read with
+JSON_TABLE; its DATETIME(6) columns hold UTC without a zone (sessions run at time_zone
+'+00:00'), so times travel as naive UTC datetimes, which the drivers render with their
+microseconds (an aware one would be rendered in its own zone, the offset dropped); UUIDs
+are CHAR(36) text; seconds are decimal text, exact to the microsecond in INTERVAL
+arithmetic. Booleans are TINYINT(1): the drivers send True as 1 and read back 1, so
+callers compare with bool(). The three render every parameter into the statement on the
+client alike: bytes escaped (a BLOB takes any byte), None as NULL, JSON text quoted.
 
 Below the dialect, each Postgres driver binds those values its own way, and the executor
 of a connection hands them over through `for_driver` as it binds a statement: psycopg 3
@@ -32,7 +34,7 @@ from typing import Any, Literal, Protocol
 from outbox_core.database_url import Dialect
 
 # The DBAPI under a connection: how statements are bound, and its exceptions.
-Driver = Literal["psycopg", "psycopg2", "asyncpg", "sqlite3", "pymysql", "aiomysql"]
+Driver = Literal["psycopg", "psycopg2", "asyncpg", "sqlite3", "pymysql", "aiomysql", "mysqldb"]
 
 
 class Codec(Protocol):
@@ -137,9 +139,10 @@ def _uuid_as_text(value: Any) -> Any:
     return value
 
 
-# Drivers with no adapter for uuid.UUID: psycopg2 (unless registered globally) and PyMySQL
-# (aiomysql is PyMySQL's converters), which would render a UUID as a broken literal.
-_UUIDS_AS_TEXT: frozenset[Driver] = frozenset({"psycopg2", "pymysql", "aiomysql"})
+# Drivers with no adapter for uuid.UUID: psycopg2 (unless registered globally), PyMySQL
+# (aiomysql is PyMySQL's converters) and mysqlclient, which render an unknown type through
+# str() at best, a broken literal at worst: the text is given, not left to a fallback.
+_UUIDS_AS_TEXT: frozenset[Driver] = frozenset({"psycopg2", "pymysql", "aiomysql", "mysqldb"})
 
 
 def for_driver(driver: Driver, params: Mapping[str, Any]) -> Mapping[str, Any]:

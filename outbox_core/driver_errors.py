@@ -1,9 +1,10 @@
 """The one place driver exceptions become ours: classify(exc) -> DatabaseError.
 
 Covers psycopg 3 (its pool's PoolTimeout is an OperationalError), psycopg2, asyncpg,
-sqlite3, PyMySQL (and aiomysql, which raises PyMySQL's exceptions), and the wrappers of SQLAlchemy and Django around any of them. Whether an error is
-retriable is decided here once, from one SQLSTATE table (MariaDB's drivers give the
-server's error number instead, and have a table of their own), for every driver and library.
+sqlite3, PyMySQL (and aiomysql, which raises PyMySQL's exceptions), mysqlclient, and the
+wrappers of SQLAlchemy and Django around any of them. Whether an error is retriable is
+decided here once, from one SQLSTATE table (MariaDB's drivers give the server's error
+number instead, and have a table of their own), for every driver and library.
 A driver's module is only looked at when it has been imported: an exception cannot come
 from a driver nobody loaded, and a service need not install drivers it does not use.
 """
@@ -30,7 +31,7 @@ _UNIQUE_VIOLATION = "23505"
 _UNDEFINED_TABLE = "42P01"
 _SQLITE_UNIQUE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
 _MISSING_SCHEMA = "outbox tables are missing, run `outbox-relay migrate`"
-_DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3", "pymysql")
+_DRIVERS = ("psycopg", "psycopg2", "asyncpg", "sqlite3", "pymysql", "MySQLdb")
 # MariaDB/MySQL error numbers. Worth a retry: lock wait timeout, deadlock (InnoDB rolled
 # the transaction back), max_statement_time exceeded; cannot connect (socket, TCP), server
 # gone away, connection lost during a query.
@@ -92,15 +93,18 @@ def _postgres_state(orig: BaseException) -> tuple[str | None, bool] | None:
 
 
 def _mariadb_errno(orig: BaseException) -> tuple[int | None, bool] | None:
-    """(error number, lost-connection-without-number) for PyMySQL's errors, else None.
-    PyMySQL raises with args (number, message); a closed connection's InterfaceError may
-    carry no number at all."""
-    pymysql: Any = sys.modules.get("pymysql")
-    if pymysql is None or not isinstance(orig, pymysql.err.MySQLError):
-        return None
-    first = orig.args[0] if orig.args else None
-    number = first if type(first) is int else None
-    return number, isinstance(orig, pymysql.err.InterfaceError)
+    """(error number, lost-connection-without-number) for PyMySQL's and mysqlclient's
+    errors, else None. Both raise with args (number, message), the server's number or the
+    client library's (2002-2013); a closed connection's InterfaceError may carry no number
+    at all (PyMySQL) or 0 (both)."""
+    for module, errors in (("pymysql", "err"), ("MySQLdb", "_exceptions")):
+        driver: Any = sys.modules.get(module)
+        namespace = getattr(driver, errors, None)
+        if namespace is not None and isinstance(orig, namespace.MySQLError):
+            first = orig.args[0] if orig.args else None
+            number = first if type(first) is int else None
+            return number, isinstance(orig, namespace.InterfaceError)
+    return None
 
 
 def _mariadb_key_name(orig: BaseException) -> str | None:

@@ -8,9 +8,9 @@ executor as an OutboxError (driver_errors.classify): this is the only place they
 
 `bind` is where a statement meets its driver: the block's placeholders in the driver's
 style (asyncpg: `$n` and a tuple) and the values as the driver adapts them
-(codec.for_driver). Supported underneath: psycopg 3, psycopg2, asyncpg, sqlite3, PyMySQL
-and aiomysql (MariaDB), raw or through SQLAlchemy; and Django's Postgres connection (either
-psycopg).
+(codec.for_driver). Supported underneath: psycopg 3, psycopg2, asyncpg, sqlite3, PyMySQL,
+mysqlclient and aiomysql (MariaDB), raw or through SQLAlchemy; and Django's Postgres
+connection (either psycopg).
 """
 
 from __future__ import annotations
@@ -243,8 +243,9 @@ class AsyncpgExecutor:
 
 
 class PyMysqlExecutor:
-    """On a PyMySQL connection (MariaDB). Rows are tuples whatever cursor class the
-    connection was given (a DictCursor's dicts would lose their order)."""
+    """On a PyMySQL connection (MariaDB); MysqldbExecutor, mysqlclient's, is this with the
+    driver's own cursor class. Rows are tuples whatever cursor class the connection was
+    given (a DictCursor's dicts would lose their order)."""
 
     dialect: Dialect = "mariadb"
     driver: Driver = "pymysql"
@@ -252,11 +253,14 @@ class PyMysqlExecutor:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
-    def run(self, statement: Statement) -> Rows:
+    def _tuple_cursor(self) -> Any:
         from pymysql.cursors import Cursor
 
+        return Cursor
+
+    def run(self, statement: Statement) -> Rows:
         sql, params = bind(self.driver, self.dialect, statement)
-        with translated(), self.conn.cursor(Cursor) as cur:
+        with translated(), self.conn.cursor(self._tuple_cursor()) as cur:
             if statement.many:
                 cur.executemany(sql, params)
                 return []
@@ -264,6 +268,19 @@ class PyMysqlExecutor:
             if not cur.description:
                 return []
             return _result(statement, list(cur.fetchall()), cur.description)
+
+
+class MysqldbExecutor(PyMysqlExecutor):
+    """On a mysqlclient (MySQLdb) connection. Its DB-API is PyMySQL's where the executor
+    touches it: pyformat parameters rendered into the statement on the client, the same
+    literals for every value the codec gives, `executemany` and `description` alike."""
+
+    driver: Driver = "mysqldb"
+
+    def _tuple_cursor(self) -> Any:
+        from MySQLdb.cursors import Cursor
+
+        return Cursor
 
 
 class AiomysqlExecutor:
@@ -335,6 +352,8 @@ _SQLALCHEMY_DRIVERS: dict[tuple[str, str], tuple[Dialect, Driver]] = {
     # server answers.
     ("mysql", "pymysql"): ("mariadb", "pymysql"),
     ("mariadb", "pymysql"): ("mariadb", "pymysql"),
+    ("mysql", "mysqldb"): ("mariadb", "mysqldb"),
+    ("mariadb", "mysqldb"): ("mariadb", "mysqldb"),
     ("mysql", "aiomysql"): ("mariadb", "aiomysql"),
     ("mariadb", "aiomysql"): ("mariadb", "aiomysql"),
 }
@@ -348,7 +367,8 @@ def sqlalchemy_driver(sync_conn_or_engine: Any) -> tuple[Dialect, Driver]:
     except KeyError:
         raise UnsupportedConnection(
             f"SQLAlchemy dialect {name}+{driver} is not supported: use postgresql+psycopg, "
-            "postgresql+psycopg2, postgresql+asyncpg, sqlite, mysql+pymysql or mysql+aiomysql"
+            "postgresql+psycopg2, postgresql+asyncpg, sqlite, mysql+pymysql, mysql+mysqldb "
+            "or mysql+aiomysql"
         ) from None
 
 

@@ -1,11 +1,11 @@
 """The caller's connection, as an executor that joins its open transaction.
 
 Supported: SQLAlchemy Session, Connection, AsyncSession and AsyncConnection (psycopg 3,
-psycopg2, asyncpg, sqlite3, PyMySQL or aiomysql underneath); a raw psycopg 3 Connection or
-AsyncConnection, a psycopg2 connection, an asyncpg Connection, an sqlite3.Connection and a
-PyMySQL or aiomysql connection (MariaDB, MySQL); Django's
-connection (`django.db.connection` or `connections[alias]`, Postgres backend) inside
-`transaction.atomic()`. emit never commits, so a connection that would commit each
+psycopg2, asyncpg, sqlite3, PyMySQL, mysqlclient or aiomysql underneath); a raw psycopg 3
+Connection or AsyncConnection, a psycopg2 connection, an asyncpg Connection, an
+sqlite3.Connection and a PyMySQL, mysqlclient (MySQLdb) or aiomysql connection (MariaDB,
+MySQL); Django's connection (`django.db.connection` or `connections[alias]`, Postgres
+backend) inside `transaction.atomic()`. emit never commits, so a connection that would commit each
 statement by itself (autocommit, no transaction begun) is refused with NoTransaction: the
 event could otherwise commit without the caller's write.
 
@@ -32,11 +32,13 @@ from outbox_core.executors import (
     AsyncPsycopgExecutor,
     AsyncSqlAlchemyExecutor,
     DjangoExecutor,
+    MysqldbExecutor,
     Psycopg2Executor,
     PsycopgExecutor,
     PyMysqlExecutor,
     SqlAlchemyExecutor,
     SqliteExecutor,
+    Statement,
     SyncExecutor,
 )
 
@@ -92,18 +94,29 @@ def _require_asyncpg_transaction(conn: Any) -> None:
         )
 
 
+def _mysql_in_transaction(conn: Any) -> bool:
+    """Whether a connection in autocommit mode has begun a transaction. PyMySQL and
+    aiomysql keep the server's status flags of the last reply; mysqlclient does not expose
+    them, so the server is asked (only in autocommit mode, which emit refuses anyway
+    unless BEGIN ran)."""
+    if _instance(conn, "MySQLdb.connections", "Connection"):
+        return bool(MysqldbExecutor(conn).run(Statement("database_in_transaction"))[0][0])
+    return bool(conn.server_status & _MYSQL_IN_TRANS)
+
+
 def _require_mysql_transaction(conn: Any) -> None:
-    """PyMySQL and aiomysql: refused in autocommit mode outside BEGIN, and on a connection
-    whose character set is not utf8mb4 (the schema's): another would fail on, or silently
-    replace, the characters it cannot encode."""
-    if conn.get_autocommit() and not conn.server_status & _MYSQL_IN_TRANS:
+    """PyMySQL, mysqlclient and aiomysql: refused in autocommit mode outside BEGIN, and on
+    a connection whose character set is not utf8mb4 (the schema's): another would fail on,
+    or silently replace, the characters it cannot encode."""
+    if conn.get_autocommit() and not _mysql_in_transaction(conn):
         raise NoTransaction(
             "MySQL connection is in autocommit mode outside a transaction: call "
             "`conn.begin()` (or connect with autocommit off) so the event commits with your write"
         )
-    if conn.charset != "utf8mb4":
+    charset = conn.character_set_name()
+    if charset != "utf8mb4":
         raise UnsupportedConnection(
-            f"MySQL connection uses the character set {conn.charset!r}: connect with "
+            f"MySQL connection uses the character set {charset!r}: connect with "
             "charset='utf8mb4', the outbox's"
         )
 
@@ -139,9 +152,10 @@ def _django_wrapper(target: object) -> Any:
 
 def _supported() -> str:
     return (
-        "a SQLAlchemy Session/Connection, a psycopg, psycopg2 or PyMySQL connection, an "
-        "sqlite3 Connection or Django's connection (async: AsyncSession/AsyncConnection, a "
-        "psycopg AsyncConnection, an asyncpg Connection or an aiomysql connection)"
+        "a SQLAlchemy Session/Connection, a psycopg, psycopg2, PyMySQL or MySQLdb "
+        "connection, an sqlite3 Connection or Django's connection (async: "
+        "AsyncSession/AsyncConnection, a psycopg AsyncConnection, an asyncpg Connection or an "
+        "aiomysql connection)"
     )
 
 
@@ -168,6 +182,9 @@ def sync_executor(target: object) -> SyncExecutor:
     if _instance(target, "pymysql.connections", "Connection"):
         _require_mysql_transaction(target)
         return PyMysqlExecutor(target)
+    if _instance(target, "MySQLdb.connections", "Connection"):
+        _require_mysql_transaction(target)
+        return MysqldbExecutor(target)
     if isinstance(target, Session):
         if not target.in_transaction() and not target.autobegin:
             raise NoTransaction("SQLAlchemy Session has autobegin off and no transaction begun")

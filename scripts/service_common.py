@@ -94,6 +94,30 @@ def apt_install(package: str, name: str, url_var: str, *, recommends: bool = Tru
     apt_get_install([package], recommends=recommends)
 
 
+# What mysqlclient (the `mysqlclient` extra) builds against: it has no Linux wheels, and
+# its build finds the MariaDB client library through pkg-config.
+MYSQLCLIENT_BUILD_PACKAGES = ("libmariadb-dev", "pkg-config")
+
+
+def mysqlclient_build_deps() -> None:
+    """Installs MYSQLCLIENT_BUILD_PACKAGES with apt-get (root only) unless pkg-config
+    already finds libmariadb; ServiceError says what to install otherwise."""
+    if (
+        shutil.which("pkg-config")
+        and run(["pkg-config", "--exists", "libmariadb"], check=False).returncode == 0
+    ):
+        return
+    packages = list(MYSQLCLIENT_BUILD_PACKAGES)
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise ServiceError(
+            "mysqlclient builds against the MariaDB client library, which pkg-config does "
+            f"not find, and this user cannot apt-get install it: install Debian's "
+            f"{' and '.join(packages)} (or your system's MariaDB client development files)"
+        )
+    say(f"installing Debian's {', '.join(packages)} for mysqlclient's build (one time)")
+    apt_get_install(packages, recommends=False)
+
+
 def installed(binary: str, package: str, name: str, url_var: str, **apt: bool) -> str:
     """The path of the server `binary`, from Debian's `package` (installed first when the
     binary is missing: apt_install, which `apt` options go to)."""

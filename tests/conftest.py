@@ -178,7 +178,9 @@ EMIT_DIALECTS = ["postgres", "sqlite", "mariadb"]
 
 @pytest.fixture(params=EMIT_DIALECTS)
 def emit_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """A private database of each kind producer_lib emits to, every migration applied."""
+    """A private database of each kind producer_lib emits to, every migration applied
+    (`@pytest.mark.dialects(...)`: the ones listed)."""
+    _only_listed(request)
     return _migrated(request, tmp_path)
 
 

@@ -31,7 +31,8 @@ async def pg_store(pg: Backend) -> AsyncIterator[Store]:
 
 
 # (adapter, dialect): PsycopgAsync and the asyncpg and psycopg2 drivers are Postgres only;
-# on MariaDB the SQLAlchemy adapters run on aiomysql and PyMySQL.
+# on MariaDB the SQLAlchemy adapters run on aiomysql and PyMySQL, and SqlAlchemySync on
+# mysqlclient too.
 CASES = [
     ("psycopg_async", "postgres"),
     ("sqlalchemy_async", "postgres"),
@@ -42,6 +43,7 @@ CASES = [
     ("sqlalchemy_sync", "sqlite"),
     ("sqlalchemy_async", "mariadb"),
     ("sqlalchemy_sync", "mariadb"),
+    ("sqlalchemy_mysqldb", "mariadb"),
 ]
 CASE_IDS = [f"{a}-{d}" for a, d in CASES]
 

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine
 
 from consumer_lib import SqlAlchemySync
 from outbox_core.errors import OutboxError
+from tests.support import mariadb
 from tests.support.consumers import consumer_sql, new_group, prepare, processed_ids
 from tests.support.db import Backend, mariadb_backend
 from tests.support.waits import until
@@ -26,6 +27,8 @@ from tests.support.waits import until
 pytestmark = pytest.mark.integration
 
 LEVELS = ["READ COMMITTED", "REPEATABLE READ"]
+# SQLAlchemy's sync MariaDB drivers under SqlAlchemySync.
+DRIVERS = ["pymysql", "mysqldb"]
 
 
 @pytest.fixture
@@ -33,8 +36,9 @@ def maria(mariadb_url: str) -> Backend:
     return prepare(mariadb_backend(mariadb_url))
 
 
-def database(backend: Backend, level: str) -> SqlAlchemySync:
-    return SqlAlchemySync(create_engine(backend.sqlalchemy_url, isolation_level=level))
+def database(backend: Backend, level: str, driver: str = "pymysql") -> SqlAlchemySync:
+    url = mariadb.sqlalchemy_url(backend.target, driver)
+    return SqlAlchemySync(create_engine(url, isolation_level=level))
 
 
 def lock_waits(backend: Backend) -> int:
@@ -64,17 +68,18 @@ def holder() -> Iterator[Holder]:
     held.release.set()  # a failed test leaves no thread waiting
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("first_commits", [True, False], ids=["commits", "rolls-back"])
 async def test_a_second_transaction_waits_for_the_first_and_applies_the_event_only_if_it_failed(
-    maria: Backend, level: str, first_commits: bool, holder: Holder
+    maria: Backend, level: str, first_commits: bool, holder: Holder, driver: str
 ) -> None:
     """The same event in two partitions' transactions at once: the second waits on the
     first one's processed row. First commits: the second sees a duplicate and skips its
     handler (at READ COMMITTED after its insert met the row: the statement runs again).
     First rolls back: the second applies the event."""
     group, event_id = new_group(), str(uuid.uuid4())
-    first, second = database(maria, level), database(maria, level)
+    first, second = database(maria, level, driver), database(maria, level, driver)
     ran: list[object] = []
     try:
         a = asyncio.create_task(first.apply(group, event_id, holder, None))
@@ -112,11 +117,12 @@ KNOWN = "7f1c1a52-0c0e-4c4b-9d55-2b7b3cf4a1e0"
     ],
     ids=["long-id", "non-ascii-id", "long-group"],
 )
+@pytest.mark.parametrize("driver", DRIVERS)
 async def test_an_id_or_group_the_key_cannot_hold_whole_fails_and_records_nothing(
-    maria: Backend, event_id: str, group: str | None
+    maria: Backend, event_id: str, group: str | None, driver: str
 ) -> None:
     group = group or new_group()
-    db = database(maria, "READ COMMITTED")
+    db = database(maria, "READ COMMITTED", driver)
     ran: list[Any] = []
     try:
         if len(group) <= 255:

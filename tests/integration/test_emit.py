@@ -32,6 +32,7 @@ from tests.support.transactions import (
     SYNC_KINDS,
     async_tx,
     connect_aiomysql,
+    connect_mysqldb,
     connect_psycopg2,
     insert_order,
     insert_order_async,
@@ -187,13 +188,14 @@ async def test_async_batch_keeps_caller_order(orders: Backend) -> None:
     assert [uuid.UUID(str(r[1])) for r in orders.fetch("outbox_rows")] == ids
 
 
-def test_bad_input_raises_before_any_write(orders: Backend) -> None:
-    """One hostile input on each real database (every input is checked without a database
-    in tests/unit/test_emit_validation.py): the error comes before any SQL, so the caller's
-    transaction stays usable and commits its own row."""
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_bad_input_raises_before_any_write(orders: Backend, kind: str) -> None:
+    """One hostile input on each real database and connection (every input is checked
+    without a database in tests/unit/test_emit_validation.py): the error comes before any
+    SQL, so the caller's transaction stays usable and commits its own row."""
     outbox = Outbox(max_event_bytes=4096)
     override: dict[str, Any] = {"headers": {"event_id": "x"}}
-    with sync_tx(orders, "driver") as conn:
+    with sync_tx(orders, kind) as conn:
         insert_order(orders, conn, 1)
         with pytest.raises(ReservedHeader) as info:
             outbox.emit(conn, **emit_kwargs(**override))
@@ -207,6 +209,25 @@ def test_bad_input_raises_before_any_write(orders: Backend) -> None:
     assert str(info.value)
 
 
+def _autocommit_refused(backend: Backend, raws: list[Any], sa_kind: str) -> None:
+    """Each raw connection (autocommit mode, no BEGIN) and a Connection of an AUTOCOMMIT
+    engine on the SQLAlchemy driver `sa_kind` names are refused with NoTransaction."""
+    from sqlalchemy import create_engine
+
+    from producer_lib import NoTransaction
+
+    for raw in raws:
+        try:
+            with pytest.raises(NoTransaction):
+                Outbox().emit(raw, **emit_kwargs())
+        finally:
+            raw.close()
+    engine = create_engine(sqlalchemy_url(backend, sa_kind), isolation_level="AUTOCOMMIT")
+    with engine.connect() as sa_conn, pytest.raises(NoTransaction):
+        Outbox().emit(sa_conn, **emit_kwargs())
+    engine.dispose()
+
+
 def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
@@ -217,28 +238,15 @@ def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> No
     if orders.dialect == "mariadb":
         from tests.support.mariadb import connect
 
-        raw = connect(orders.target, autocommit=True)
-        try:
-            with pytest.raises(NoTransaction):
-                outbox.emit(raw, **emit_kwargs())
-        finally:
-            raw.close()
+        mysqldb = connect_mysqldb(orders)
+        mysqldb.autocommit(True)
+        raws = [connect(orders.target, autocommit=True), mysqldb]
+        _autocommit_refused(orders, raws, "sa_mysqldb_connection")
     elif orders.dialect == "postgres":
-        with psycopg.connect(orders.target, autocommit=True) as conn, pytest.raises(NoTransaction):
-            outbox.emit(conn, **emit_kwargs())
-        raw2 = connect_psycopg2(orders)
-        raw2.autocommit = True
-        try:
-            with pytest.raises(NoTransaction):
-                outbox.emit(raw2, **emit_kwargs())
-        finally:
-            raw2.close()
-        psycopg2_engine = create_engine(
-            sqlalchemy_url(orders, "sa_psycopg2_connection"), isolation_level="AUTOCOMMIT"
-        )
-        with psycopg2_engine.connect() as sa_conn, pytest.raises(NoTransaction):
-            outbox.emit(sa_conn, **emit_kwargs())
-        psycopg2_engine.dispose()
+        psycopg2_raw = connect_psycopg2(orders)
+        psycopg2_raw.autocommit = True
+        raws = [psycopg.connect(orders.target, autocommit=True), psycopg2_raw]
+        _autocommit_refused(orders, raws, "sa_psycopg2_connection")
     else:
         import sqlite3
 
@@ -259,6 +267,49 @@ def test_no_transaction_to_join_is_refused(orders: Backend, tmp_path: Any) -> No
         outbox.emit(s, **emit_kwargs())
     engine.dispose()
     plain.dispose()
+    assert orders.scalar("outbox_count") == 0
+
+
+@pytest.mark.dialects("mariadb")
+@pytest.mark.parametrize("driver", ["pymysql", "mysqldb"])
+def test_a_mysql_connection_in_autocommit_joins_a_begun_transaction(
+    orders: Backend, driver: str
+) -> None:
+    """In autocommit mode, emit joins a transaction begun with BEGIN (PyMySQL knows it
+    from the server's status flags, mysqlclient by asking): the caller's rollback takes
+    the event with the business row."""
+    raw = orders.connect() if driver == "pymysql" else connect_mysqldb(orders)
+    try:
+        raw.autocommit(True)
+        raw.begin()
+        insert_order(orders, raw, 1)
+        Outbox().emit(raw, **emit_kwargs())
+        raw.rollback()
+    finally:
+        raw.close()
+    assert orders.scalar("test_order_count") == 0
+    assert orders.scalar("outbox_count") == 0
+
+
+@pytest.mark.dialects("mariadb")
+@pytest.mark.parametrize("driver", ["pymysql", "mysqldb"])
+def test_a_mysql_connection_in_another_character_set_is_refused(
+    orders: Backend, driver: str
+) -> None:
+    """The schema is utf8mb4: a latin1 connection would fail on, or replace, what it
+    cannot encode, so emit refuses it before writing."""
+    from tests.support.mariadb import connect
+
+    raw = (
+        connect(orders.target, charset="latin1")
+        if driver == "pymysql"
+        else connect_mysqldb(orders, charset="latin1")
+    )
+    try:
+        with pytest.raises(UnsupportedConnection, match="utf8mb4"):
+            Outbox().emit(raw, **emit_kwargs())
+    finally:
+        raw.close()
     assert orders.scalar("outbox_count") == 0
 
 

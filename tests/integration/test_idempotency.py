@@ -110,7 +110,7 @@ def test_key_released_by_rollback(backend: Backend) -> None:
 
 
 # The raw drivers: the second writer blocks in the database on the first one's key.
-RACE_KINDS = ["driver", "psycopg2"]
+RACE_KINDS = ["driver", "psycopg2", "mysqldb"]
 
 
 def _racing_second(

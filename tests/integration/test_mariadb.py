@@ -13,12 +13,21 @@ import pytest
 import sqlalchemy
 
 from outbox_core.database_url import DatabaseUrl, MariadbTarget
-from outbox_core.errors import ConfigurationError, MigrationError, UniqueViolation
-from outbox_core.executors import PyMysqlExecutor, SqlAlchemyExecutor, Statement
+from outbox_core.errors import ConfigurationError, DatabaseError, MigrationError, UniqueViolation
+from outbox_core.executors import (
+    MysqldbExecutor,
+    PyMysqlExecutor,
+    SqlAlchemyExecutor,
+    Statement,
+)
 from outbox_core.migrate import available, mariadb_statements, migrate, schema_sql
 from outbox_core.queries import parse_blocks
 from outbox_core.sharding import KEY_LOCK_SLOTS
+from producer_lib import Outbox
+from tests.support.db import mariadb_backend
+from tests.support.events import emit_kwargs
 from tests.support.mariadb import MariaDatabases
+from tests.support.transactions import connect_mysqldb
 
 pytestmark = pytest.mark.integration
 
@@ -143,16 +152,26 @@ def test_migrate_needs_a_database(monkeypatch: pytest.MonkeyPatch) -> None:
         migrate("mysql://u:p@127.0.0.1:3306/")
 
 
-def test_duplicate_event_id_names_its_key_on_every_executor(mariadb_url: str) -> None:
-    """The server's 1062 becomes UniqueViolation with the key's name, through PyMySQL raw
-    and through SQLAlchemy; a missing table asks for the migrations."""
+def _raw_connection(mariadb_url: str, driver: str) -> Any:
+    if driver == "pymysql":
+        return MariadbTarget.parse(mariadb_url).connect(autocommit=True)
+    return connect_mysqldb(mariadb_backend(mariadb_url), autocommit=True)
+
+
+_RAW_EXECUTORS = {"pymysql": PyMysqlExecutor, "mysqldb": MysqldbExecutor}
+
+
+@pytest.mark.parametrize("driver", ["pymysql", "mysqldb"])
+def test_duplicate_event_id_names_its_key_on_every_executor(mariadb_url: str, driver: str) -> None:
+    """The server's 1062 becomes UniqueViolation with the key's name, through the driver
+    raw and through SQLAlchemy; a missing table asks for the migrations."""
     setting = Statement("setting_put_missing", {"name": "x", "value": "1"})
-    conn = MariadbTarget.parse(mariadb_url).connect(autocommit=True)
+    conn = _raw_connection(mariadb_url, driver)
     try:
+        raw = _RAW_EXECUTORS[driver](conn)
         with pytest.raises(MigrationError, match="outbox-relay migrate"):
-            PyMysqlExecutor(conn).run(Statement("setting_get", {"name": "shard_count"}))
+            raw.run(Statement("setting_get", {"name": "shard_count"}))
         migrate(mariadb_url)
-        raw = PyMysqlExecutor(conn)
         raw.run(setting)
         assert raw.run(Statement("setting_get", {"name": "x"})) == [("1",)]
         with pytest.raises(UniqueViolation) as info, conn.cursor() as cur:
@@ -162,11 +181,11 @@ def test_duplicate_event_id_names_its_key_on_every_executor(mariadb_url: str) ->
         assert info.value.errno == 1062
     finally:
         conn.close()
-    engine = sqlalchemy.create_engine(mariadb_url.replace("mysql://", "mysql+pymysql://", 1))
+    engine = sqlalchemy.create_engine(mariadb_url.replace("mysql://", f"mysql+{driver}://", 1))
     try:
         with engine.begin() as sa_conn:
             executor = SqlAlchemyExecutor(sa_conn)
-            assert executor.dialect == "mariadb"
+            assert (executor.dialect, executor.driver) == ("mariadb", driver)
             assert executor.run(Statement("setting_get", {"name": "x"})) == [("1",)]
             with pytest.raises(UniqueViolation) as sa_info:
                 executor.run(
@@ -175,3 +194,30 @@ def test_duplicate_event_id_names_its_key_on_every_executor(mariadb_url: str) ->
         assert sa_info.value.constraint == "PRIMARY"
     finally:
         engine.dispose()
+
+
+def test_mysqlclient_errors_are_classified_by_number(mariadb_url: str) -> None:
+    """mysqlclient's errors, provoked for real, meet the same table as PyMySQL's: a lock
+    wait that times out (1205) and a connection the server ended (2013 or 2006) are
+    retriable and carry their number."""
+    backend = mariadb_backend(mariadb_url)
+    backend.migrate()
+    holder, waiter = connect_mysqldb(backend), connect_mysqldb(backend)
+    try:
+        Outbox().emit(holder, **emit_kwargs())  # holds its key's slot to commit
+        with waiter.cursor() as cur:
+            cur.execute(backend.sql("session_lock_wait_short"))
+        with pytest.raises(DatabaseError) as waited:
+            Outbox().emit(waiter, **emit_kwargs())
+        assert (waited.value.errno, waited.value.retriable) == (1205, True)
+        waiter.rollback()
+        backend.run(backend.sql("connection_kill"), {"id": waiter.thread_id()})
+        with pytest.raises(DatabaseError) as lost:
+            Outbox().emit(waiter, **emit_kwargs())
+        assert lost.value.errno in (2006, 2013)
+        assert lost.value.retriable is True
+        holder.commit()
+    finally:
+        holder.close()
+        waiter.close()
+    assert backend.scalar("outbox_count") == 1

@@ -17,7 +17,7 @@ from outbox_core.sharding import KEY_LOCK_SLOTS, key_lock_slot
 from producer_lib import Event, Outbox
 from relay.store.protocol import UNBOUNDED_BYTES
 from tests.support.db import Backend, mariadb_backend, postgres_backend
-from tests.support.transactions import async_tx, connect_psycopg2
+from tests.support.transactions import RAW_SYNC, async_tx
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def _race(
 
     def write(i: int) -> None:
         try:
-            conn = backend.connect() if kind == "driver" else connect_psycopg2(backend)
+            conn = RAW_SYNC[kind](backend)
             try:
                 start.wait()
                 outbox.emit(conn, topic="orders", key="hot-key", event_type="E", payload={"w": i})
@@ -92,26 +92,28 @@ def _committed_by_id(backend: Backend) -> list[str]:
     return [str(json.loads(bytes(r[6]))["w"]) for r in backend.fetch("outbox_rows")]
 
 
-def test_mariadb_ids_follow_commit_order_with_per_key_lock(mariadb_url: str) -> None:
+@pytest.mark.parametrize("kind", ["driver", "mysqldb"])
+def test_mariadb_ids_follow_commit_order_with_per_key_lock(mariadb_url: str, kind: str) -> None:
     """InnoDB draws AUTO_INCREMENT ids at insert: the key's slot lock, held from before the
     insert to commit, makes the ids of a key's committed rows follow commit order, with
-    rolled-back writers among them."""
+    rolled-back writers among them (PyMySQL's writers and mysqlclient's)."""
     backend = mariadb_backend(mariadb_url)
     backend.migrate()
     committed: list[str] = []
     for seed in range(3):
-        committed += _race(backend, Outbox(), WRITERS, seed, rollbacks=0.25)
+        committed += _race(backend, Outbox(), WRITERS, seed, kind, rollbacks=0.25)
     assert _committed_by_id(backend) == committed
     assert len(committed) > 2 * WRITERS  # most committed, some rolled back
 
 
-def test_mariadb_without_the_lock_order_breaks(mariadb_url: str) -> None:
+@pytest.mark.parametrize("kind", ["driver", "mysqldb"])
+def test_mariadb_without_the_lock_order_breaks(mariadb_url: str, kind: str) -> None:
     """The control: the same race without the lock does reorder, so the test above can fail."""
     backend = mariadb_backend(mariadb_url)
     backend.migrate()
     committed: list[str] = []
     for seed in range(10):
-        committed += _race(backend, Outbox(per_key_lock=False), WRITERS, seed)
+        committed += _race(backend, Outbox(per_key_lock=False), WRITERS, seed, kind)
         if _committed_by_id(backend) != committed:
             return
     pytest.fail("10 unlocked races never committed out of id order; the race is not a race")

@@ -41,6 +41,7 @@ from consumer_lib import (
 from consumer_lib.database import Handler
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.queries import Dialect, in_parameter_style, parse_blocks, to_numbered
+from tests.support import mariadb
 from tests.support.db import Backend, mariadb_backend, postgres_backend, sqlite_backend
 from tests.support.kafka import Record, create_topics, delete_topics, read_topic, unique_topic_name
 from tests.support.processes import ChildProcess
@@ -61,14 +62,16 @@ APP = "tests.support.consumer_app:build"
 ASSIGNED = 'partitions assigned partitions=["TopicPartition'
 
 # sqlalchemy_async / sqlalchemy_sync run on the dialect's default driver (psycopg 3,
-# aiosqlite, sqlite3; aiomysql and PyMySQL on MariaDB); sqlalchemy_asyncpg and sqlalchemy_psycopg2 are the same adapters on
-# those Postgres drivers.
+# aiosqlite, sqlite3; aiomysql and PyMySQL on MariaDB); sqlalchemy_asyncpg and
+# sqlalchemy_psycopg2 are the same adapters on those Postgres drivers, sqlalchemy_mysqldb
+# SqlAlchemySync on MariaDB's mysqlclient (not in ADAPTERS, which every database runs).
 Adapter = Literal[
     "sqlalchemy_async",
     "sqlalchemy_sync",
     "psycopg_async",
     "sqlalchemy_asyncpg",
     "sqlalchemy_psycopg2",
+    "sqlalchemy_mysqldb",
 ]
 ADAPTERS: tuple[Adapter, ...] = (
     "sqlalchemy_async",
@@ -77,7 +80,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     "sqlalchemy_asyncpg",
     "sqlalchemy_psycopg2",
 )
-SYNC_ADAPTERS = ("sqlalchemy_sync", "sqlalchemy_psycopg2")
+SYNC_ADAPTERS = ("sqlalchemy_sync", "sqlalchemy_psycopg2", "sqlalchemy_mysqldb")
 SQLALCHEMY_ASYNC_ADAPTERS = ("sqlalchemy_async", "sqlalchemy_asyncpg")
 _SCHEMES = {
     "sqlalchemy_asyncpg": "postgresql+asyncpg://",
@@ -131,9 +134,13 @@ def make_database(adapter: str, backend: Backend) -> Database:
         return PsycopgAsync(backend.target, max_connections=8)
     if adapter in _SCHEMES and backend.dialect != "postgres":
         raise ValueError(f"{adapter} is Postgres only")
+    if adapter == "sqlalchemy_mysqldb" and backend.dialect != "mariadb":
+        raise ValueError(f"{adapter} is MariaDB only")
     url = (
         backend.target.replace("postgresql://", _SCHEMES[adapter], 1)
         if adapter in _SCHEMES
+        else mariadb.sqlalchemy_url(backend.target, "mysqldb")
+        if adapter == "sqlalchemy_mysqldb"
         else backend.sqlalchemy_url
     )
     if adapter in SQLALCHEMY_ASYNC_ADAPTERS:

@@ -39,7 +39,7 @@ def connect(url: str, **options: Any) -> Any:
     # The project's own reading of the URL, without the relay's session settings: a test
     # connection is what a caller of emit holds (REPEATABLE READ, the server's zone).
     target = MariadbTarget.parse(url)
-    return pymysql.connect(**target.login(), database=target.database, **options)
+    return pymysql.connect(**{**target.login(), "database": target.database, **options})
 
 
 def sqlalchemy_url(url: str, driver: str) -> str:

@@ -1,15 +1,15 @@
 """Open a transaction through each kind of connection emit accepts, and write a business row.
 
 A kind names a driver and how it is reached: raw ("driver" is the dialect's own: psycopg 3,
-sqlite3 or PyMySQL; "psycopg2", "asyncpg", "aiomysql") or through SQLAlchemy ("sa_*"; the
-driver in the name when it is not the dialect's default; MariaDB's async default is
-aiomysql). A kind of one database's driver skips on the others.
+sqlite3 or PyMySQL; "psycopg2", "asyncpg", "mysqldb" (mysqlclient), "aiomysql") or through
+SQLAlchemy ("sa_*"; the driver in the name when it is not the dialect's default; MariaDB's
+async default is aiomysql). A kind of one database's driver skips on the others.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
+from tests.support import mariadb
 from tests.support.db import Backend
 
 SYNC_KINDS = [
@@ -26,6 +27,9 @@ SYNC_KINDS = [
     "psycopg2",
     "sa_psycopg2_session",
     "sa_psycopg2_connection",
+    "mysqldb",
+    "sa_mysqldb_session",
+    "sa_mysqldb_connection",
 ]
 ASYNC_KINDS = [
     "psycopg_async",
@@ -39,18 +43,28 @@ ASYNC_KINDS = [
 ]
 # SQLAlchemy's driver name in a kind -> the URL scheme that selects it.
 _SA_DRIVERS = {"psycopg2": "postgresql+psycopg2://", "asyncpg": "postgresql+asyncpg://"}
+# The same on MariaDB: SQLAlchemy's driver names.
+_SA_MARIADB_DRIVERS = ("mysqldb",)
+
+
+def _names_driver(kind: str, drivers: Iterable[str]) -> bool:
+    return any(f"_{driver}_" in kind for driver in drivers)
 
 
 def postgres_only(kind: str) -> bool:
-    return kind in ("psycopg_async", "psycopg2", "asyncpg", "asyncpg_pool") or any(
-        f"_{driver}_" in kind for driver in _SA_DRIVERS
+    return kind in ("psycopg_async", "psycopg2", "asyncpg", "asyncpg_pool") or _names_driver(
+        kind, _SA_DRIVERS
     )
+
+
+def mariadb_only(kind: str) -> bool:
+    return kind in ("mysqldb", "aiomysql") or _names_driver(kind, _SA_MARIADB_DRIVERS)
 
 
 def skip_unsupported(backend: Backend, kind: str) -> None:
     if backend.dialect != "postgres" and postgres_only(kind):
         pytest.skip(f"{kind} is Postgres only")
-    if backend.dialect != "mariadb" and kind == "aiomysql":
+    if backend.dialect != "mariadb" and mariadb_only(kind):
         pytest.skip(f"{kind} is MariaDB only")
 
 
@@ -60,6 +74,9 @@ def sqlalchemy_url(backend: Backend, kind: str = "", *, asynchronous: bool = Fal
     for driver, scheme in _SA_DRIVERS.items():
         if f"_{driver}_" in kind:
             return backend.target.replace("postgresql://", scheme, 1)
+    for driver in _SA_MARIADB_DRIVERS:
+        if f"_{driver}_" in kind:
+            return mariadb.sqlalchemy_url(backend.target, driver)
     if asynchronous:
         return backend.async_sqlalchemy_url
     return backend.sqlalchemy_url
@@ -70,6 +87,18 @@ def connect_psycopg2(backend: Backend) -> Any:
     import psycopg2
 
     return psycopg2.connect(backend.target)
+
+
+def connect_mysqldb(backend: Backend, **options: Any) -> Any:
+    """A mysqlclient (MySQLdb) connection (autocommit off: its first statement begins)."""
+    import MySQLdb
+
+    from outbox_core.database_url import MariadbTarget
+
+    target = MariadbTarget.parse(backend.target)
+    # mysqlclient takes a socket path or nothing at all, never None.
+    login = {name: value for name, value in target.login().items() if value is not None}
+    return MySQLdb.connect(**{**login, "database": target.database, **options})
 
 
 async def connect_aiomysql(backend: Backend) -> Any:
@@ -89,12 +118,20 @@ async def connect_aiomysql(backend: Backend) -> Any:
     )
 
 
+# The raw sync kinds: how each connects.
+RAW_SYNC: dict[str, Callable[[Backend], Any]] = {
+    "driver": Backend.connect,
+    "psycopg2": connect_psycopg2,
+    "mysqldb": connect_mysqldb,
+}
+
+
 @contextlib.contextmanager
 def sync_tx(backend: Backend, kind: str) -> Iterator[Any]:
     """Yields a connection-like object inside a transaction; commits unless the block raises."""
     skip_unsupported(backend, kind)
-    if kind in ("driver", "psycopg2"):
-        conn = backend.connect() if kind == "driver" else connect_psycopg2(backend)
+    if kind in RAW_SYNC:
+        conn = RAW_SYNC[kind](backend)
         try:
             yield conn
             conn.commit()
@@ -186,7 +223,7 @@ def insert_order(backend: Backend, target: Any, order_id: int) -> None:
         target.connection().exec_driver_sql(sql, params)
     elif hasattr(target, "exec_driver_sql"):
         target.exec_driver_sql(sql, params)
-    elif type(target).__module__.startswith(("psycopg2", "pymysql")):
+    elif type(target).__module__.startswith(("psycopg2", "pymysql", "MySQLdb")):
         with target.cursor() as cur:
             cur.execute(sql, params)
     else:

@@ -7,6 +7,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
+import MySQLdb
 import pymysql
 import pytest
 import sqlalchemy
@@ -95,13 +96,25 @@ def test_bind_gives_pyformat_and_uuids_as_text() -> None:
     sql, params = bind("pymysql", "mariadb", Statement("setting_get", {"name": event_id}))
     assert "%(name)s" in sql
     assert params == {"name": str(event_id)}
-    assert for_driver("aiomysql", {"ids": [event_id, 1]}) == {"ids": [str(event_id), 1]}
+    for driver in ("aiomysql", "mysqldb"):
+        assert for_driver(driver, {"ids": [event_id, 1]}) == {"ids": [str(event_id), 1]}
+    assert bind("mysqldb", "mariadb", Statement("setting_get", {"name": event_id})) == (
+        sql,
+        params,
+    )
     many = Statement("setting_get", [{"name": "a"}, {"name": "b"}], many=True)
     assert bind("pymysql", "mariadb", many)[1] == [{"name": "a"}, {"name": "b"}]
 
 
 @pytest.mark.parametrize(
-    "url", ["mysql+pymysql://u:p@db/x", "mariadb+pymysql://u:p@db/x", "mysql+aiomysql://u:p@db/x"]
+    "url",
+    [
+        "mysql+pymysql://u:p@db/x",
+        "mariadb+pymysql://u:p@db/x",
+        "mysql+mysqldb://u:p@db/x",
+        "mariadb+mysqldb://u:p@db/x",
+        "mysql+aiomysql://u:p@db/x",
+    ],
 )
 def test_sqlalchemy_urls_map_to_mariadb(url: str) -> None:
     engine = sqlalchemy.create_engine(url) if "aiomysql" not in url else None
@@ -112,44 +125,51 @@ def test_sqlalchemy_urls_map_to_mariadb(url: str) -> None:
     assert sqlalchemy_driver(engine)[0] == "mariadb"
 
 
-def _err(cls: type[Exception], *args: Any) -> Exception:
-    return cls(*args)
-
-
 DUP = "Duplicate entry 'a' for key 'outbox_events_event_id_key'"
+# The exception classes of PyMySQL (aiomysql raises them too) and of mysqlclient: one
+# table by number serves both.
+DRIVER_ERRORS = [pytest.param(pymysql.err, id="pymysql"), pytest.param(MySQLdb, id="mysqldb")]
 
 
+@pytest.mark.parametrize("errors", DRIVER_ERRORS)
 @pytest.mark.parametrize(
-    ("exc", "kind", "retriable"),
+    ("name", "args", "kind", "retriable"),
     [
-        (_err(pymysql.err.IntegrityError, 1062, DUP), UniqueViolation, False),
-        (_err(pymysql.err.OperationalError, 1213, "Deadlock found"), DatabaseError, True),
-        (_err(pymysql.err.OperationalError, 1205, "Lock wait timeout"), DatabaseError, True),
-        (_err(pymysql.err.OperationalError, 2002, "socket"), DatabaseError, True),
-        (_err(pymysql.err.OperationalError, 2003, "Can't connect"), DatabaseError, True),
-        (_err(pymysql.err.OperationalError, 2006, "gone away"), DatabaseError, True),
-        (_err(pymysql.err.OperationalError, 2013, "Lost connection"), DatabaseError, True),
+        ("IntegrityError", (1062, DUP), UniqueViolation, False),
+        ("OperationalError", (1213, "Deadlock found"), DatabaseError, True),
+        ("OperationalError", (1205, "Lock wait timeout"), DatabaseError, True),
+        ("OperationalError", (1969, "max_statement_time exceeded"), DatabaseError, True),
+        ("OperationalError", (2002, "socket"), DatabaseError, True),
+        ("OperationalError", (2003, "Can't connect"), DatabaseError, True),
+        ("OperationalError", (2006, "gone away"), DatabaseError, True),
+        ("OperationalError", (2013, "Lost connection"), DatabaseError, True),
         (
-            _err(pymysql.err.ProgrammingError, 1146, "Table 'x.outbox_events' doesn't exist"),
+            "ProgrammingError",
+            (1146, "Table 'x.outbox_events' doesn't exist"),
             MigrationError,
             False,
         ),
-        (_err(pymysql.err.ProgrammingError, 1064, "syntax"), DatabaseError, False),
-        (_err(pymysql.err.InterfaceError, 0, ""), DatabaseError, True),  # closed connection
-        (_err(pymysql.err.InterfaceError), DatabaseError, True),
-        (_err(pymysql.err.OperationalError), DatabaseError, False),
-        (_err(pymysql.err.OperationalError, "1213", "a number as text"), DatabaseError, False),
-        (_err(pymysql.err.OperationalError, True, "a bool is no number"), DatabaseError, False),
-        (_err(pymysql.err.IntegrityError, 1062), UniqueViolation, False),
-        (_err(pymysql.err.IntegrityError, 1062, None), UniqueViolation, False),
+        ("ProgrammingError", (1064, "syntax"), DatabaseError, False),
+        ("InterfaceError", (0, ""), DatabaseError, True),  # closed connection
+        ("InterfaceError", (), DatabaseError, True),
+        ("OperationalError", (), DatabaseError, False),
+        ("OperationalError", ("1213", "a number as text"), DatabaseError, False),
+        ("OperationalError", (True, "a bool is no number"), DatabaseError, False),
+        ("IntegrityError", (1062,), UniqueViolation, False),
+        ("IntegrityError", (1062, None), UniqueViolation, False),
+        # mysqlclient's own complaint about a statement's placeholders carries no number.
+        ("ProgrammingError", ("not enough arguments for format string",), DatabaseError, False),
     ],
 )
-def test_the_error_table(exc: Exception, kind: type[Exception], retriable: bool) -> None:
-    ours = classify(exc)
+def test_the_error_table(
+    errors: Any, name: str, args: tuple[Any, ...], kind: type[Exception], retriable: bool
+) -> None:
+    ours = classify(getattr(errors, name)(*args))
     assert type(ours) is kind
     assert ours.retriable is retriable
 
 
+@pytest.mark.parametrize("errors", DRIVER_ERRORS)
 @pytest.mark.parametrize(
     ("message", "name"),
     [
@@ -161,15 +181,18 @@ def test_the_error_table(exc: Exception, kind: type[Exception], retriable: bool)
         (b"bytes", None),
     ],
 )
-def test_the_duplicate_key_is_named_from_the_error(message: Any, name: str | None) -> None:
-    ours = classify(pymysql.err.IntegrityError(1062, message))
+def test_the_duplicate_key_is_named_from_the_error(
+    errors: Any, message: Any, name: str | None
+) -> None:
+    ours = classify(errors.IntegrityError(1062, message))
     assert isinstance(ours, UniqueViolation)
     assert ours.constraint == name
     assert ours.errno == 1062
 
 
-def test_wrapped_by_sqlalchemy() -> None:
-    orig = pymysql.err.OperationalError(1213, "Deadlock found")
+@pytest.mark.parametrize("errors", DRIVER_ERRORS)
+def test_wrapped_by_sqlalchemy(errors: Any) -> None:
+    orig = errors.OperationalError(1213, "Deadlock found")
     wrapped = sqlalchemy.exc.OperationalError("UPDATE ...", {}, orig)
     assert classify(wrapped).retriable is True
 

@@ -136,3 +136,24 @@ def test_the_server_options_follow_durability_and_bind_loopback(
     assert "--bind-address=127.0.0.1" in args
     assert f"--innodb-flush-log-at-trx-commit={flush}" in args
     assert f"--datadir={tmp_path / 'data'}" in args
+
+
+@pytest.mark.parametrize(("found", "root"), [(True, True), (False, True), (False, False)])
+def test_mysqlclient_build_deps_are_installed_only_when_missing(
+    monkeypatch: pytest.MonkeyPatch, found: bool, root: bool
+) -> None:
+    """bootstrap installs libmariadb-dev and pkg-config when pkg-config finds no libmariadb,
+    and a user who cannot apt-get is told what to install instead."""
+    from scripts import service_common
+
+    installs: list[list[str]] = []
+    checked = subprocess.CompletedProcess(["pkg-config"], 0 if found else 1, "", "")
+    monkeypatch.setattr(service_common, "run", lambda *_, **__: checked)
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+    monkeypatch.setattr(service_common, "apt_get_install", lambda p, **_: installs.append(p))
+    if not found and not root:
+        with pytest.raises(ServiceError, match="libmariadb-dev and pkg-config"):
+            service_common.mysqlclient_build_deps()
+    else:
+        service_common.mysqlclient_build_deps()
+    assert installs == ([["libmariadb-dev", "pkg-config"]] if root and not found else [])

@@ -216,3 +216,11 @@ SELECT count(*)
 FROM information_schema.innodb_trx t
 JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
 WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE();
+
+-- name: session_lock_wait_short
+-- A lock wait ends with error 1205 after a second instead of the server's 50.
+SET SESSION innodb_lock_wait_timeout = 1;
+
+-- name: connection_kill
+-- Ends another session's connection, as a server restart or a network cut would.
+KILL CONNECTION %(id)s;
