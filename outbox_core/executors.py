@@ -126,8 +126,21 @@ def bind(driver: Driver, dialect: Dialect, statement: Statement) -> tuple[str, A
         return numbered_query.sql, tuple(params[n] for n in names)
     sql = query(dialect, statement.query)
     if statement.many:
+        if dialect == "mariadb":
+            sql = _from_the_first_keyword(sql)
         return sql, [for_driver(driver, p) for p in _many(statement)]
     return sql, for_driver(driver, _one(statement))
+
+
+def _from_the_first_keyword(sql: str) -> str:
+    """The statement without the block's leading comment lines. PyMySQL, aiomysql and
+    mysqlclient send an executemany of `INSERT ... VALUES (...)` as one multi-row INSERT
+    only when the text starts with INSERT; behind a comment, each row went as a statement
+    of its own."""
+    lines = sql.splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        del lines[0]
+    return "\n".join(lines)
 
 
 def binary_byte_arrays(sql: str, params: Params) -> str:

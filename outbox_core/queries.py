@@ -195,6 +195,17 @@ def _fragment(name: str, slots: tuple[str, ...], body: str) -> _Fragment:
     return fragment
 
 
+def _without_trailing_comments(body: str) -> str:
+    """A block's text without the comment lines after its statement: they open the next
+    section of the file (a heading, the next block's words), and left at the end of a
+    statement they hid its `;`, and the INSERT a driver folds into one multi-row INSERT
+    no longer looked like one."""
+    lines = body.strip().splitlines()
+    while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+        del lines[-1]
+    return "\n".join(lines).strip()
+
+
 def _read_blocks(text: str) -> tuple[dict[str, str], dict[str, _Fragment]]:
     """The file's statements (unexpanded) and fragments."""
     parts = _HEADER.split(text)
@@ -212,7 +223,7 @@ def _read_blocks(text: str) -> tuple[dict[str, str], dict[str, _Fragment]]:
             raise ValueError(f"{name!r} is defined twice")
         if NOTHING in (name, *slots):
             raise ValueError(f"{NOTHING!r} is reserved for an empty slot")
-        statement = body.strip().rstrip(";").strip()
+        statement = _without_trailing_comments(body).rstrip(";").strip()
         if kind == "fragment":
             fragments[name] = _fragment(name, slots, statement)
         elif statement:

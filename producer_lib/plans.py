@@ -132,7 +132,8 @@ def emit_many(rows: Sequence[EventRow], dialect: Dialect, opts: WriteOptions) ->
         yield from check_shard_count(opts)
     if dialect != "postgres":
         # No array parameters: the one-event insert, run per event (sqlite3 in process;
-        # PyMySQL folds the runs into one multi-row INSERT, its ids in the caller's order).
+        # the MySQL drivers fold the runs into one multi-row INSERT, its ids in the caller's
+        # order).
         if dialect == "mariadb" and opts.per_key_lock:
             yield from lock_keys(rows)
         yield Statement("outbox_insert", [row_params(r, dialect, opts) for r in rows], many=True)

@@ -480,3 +480,18 @@ def test_trace_context_travels_in_headers(orders: Backend) -> None:
     headers = orders.fetch("outbox_rows")[0][7]
     parsed = headers if isinstance(headers, dict) else json.loads(headers)
     assert parsed["traceparent"] == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.dialects("mariadb")
+@pytest.mark.parametrize("kind", ["driver", "mysqldb"])
+def test_a_batch_is_one_insert_statement_on_mariadb(orders: Backend, kind: str) -> None:
+    """PyMySQL and mysqlclient fold the batch's rows into one multi-row INSERT: the rows
+    cost one round trip, in the caller's order."""
+    with sync_tx(orders, kind) as conn:
+        (before,) = orders.run_on(conn, "session_inserts")
+        ids = Outbox().emit_batch(
+            conn, [Event("orders", f"k{i}", "E", {"i": i}) for i in range(10)]
+        )
+        (after,) = orders.run_on(conn, "session_inserts")
+    assert int(after[1]) - int(before[1]) == 1
+    assert [uuid.UUID(str(r[1])) for r in orders.fetch("outbox_rows")] == ids

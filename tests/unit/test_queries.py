@@ -52,6 +52,19 @@ def test_parse_blocks_keeps_comments_and_strips_semicolon() -> None:
     assert blocks == {"a_get": "-- why\nSELECT 1", "b_put": "SELECT 2"}
 
 
+def test_comments_after_a_statement_belong_to_what_follows() -> None:
+    """A section heading between two blocks is not part of the first: it would hide the
+    first's semicolon from the loader and its shape from a driver."""
+    blocks = parse_blocks(
+        "-- name: a_put\nINSERT INTO t VALUES (%(x)s);\n\n-- next section ---\n\n"
+        "-- fragment: f\nx = 1\n-- trailing words\n\n-- name: b_get\nSELECT 1 WHERE {{f}} AND true;\n"
+    )
+    assert blocks == {
+        "a_put": "INSERT INTO t VALUES (%(x)s)",
+        "b_get": "SELECT 1 WHERE x = 1 AND true",
+    }
+
+
 def test_parse_blocks_refuses_duplicates_and_empty() -> None:
     with pytest.raises(ValueError, match="twice"):
         parse_blocks("-- name: a_get\nSELECT 1;\n-- name: a_get\nSELECT 2;\n")

@@ -20,8 +20,8 @@ ORDER BY k.slot
 FOR UPDATE;
 
 -- name: outbox_insert
--- One event (emit_batch: run once per event, which PyMySQL sends as one multi-row
--- INSERT). Times are UTC whatever the caller's session time_zone: the columns hold UTC,
+-- One event (emit_batch: run once per event, which the MySQL drivers send as one
+-- multi-row INSERT). Times are UTC whatever the caller's session time_zone: the columns hold UTC,
 -- and their CURRENT_TIMESTAMP defaults would be the session's local time. One statement
 -- reads UTC_TIMESTAMP once, so available_at - created_at is the delay exactly.
 INSERT INTO outbox_events (event_id, topic, `key`, shard, event_type, payload, headers,

@@ -224,3 +224,7 @@ SET SESSION innodb_lock_wait_timeout = 1;
 -- name: connection_kill
 -- Ends another session's connection, as a server restart or a network cut would.
 KILL CONNECTION %(id)s;
+
+-- name: session_inserts
+-- INSERT statements this session has run (emit_batch sends one for a whole batch).
+SHOW SESSION STATUS LIKE 'Com_insert';
