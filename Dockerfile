@@ -18,9 +18,10 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 # Dependencies first, pinned by constraints.txt: this layer is reused until they change.
 COPY pyproject.toml constraints.txt ./
-# The relay and consumer extras, and redis: one image serves both commands and
-# OUTBOX_TRANSPORT=kafka and =redis.
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; e = p['optional-dependencies']; print('\n'.join(p['dependencies'] + e['relay'] + e['consumer'] + e['redis']))" > requirements.txt \
+# The relay and consumer extras, redis and mariadb: one image serves both commands,
+# OUTBOX_TRANSPORT=kafka and =redis, and Postgres, SQLite and MariaDB URLs (mariadb is
+# PyMySQL and aiomysql, pure Python: no client library in the image).
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; e = p['optional-dependencies']; print('\n'.join(p['dependencies'] + e['relay'] + e['consumer'] + e['redis'] + e['mariadb']))" > requirements.txt \
  && /opt/venv/bin/pip install -c constraints.txt -r requirements.txt
 # Then the project itself (its dependencies are already there, at the pinned versions).
 COPY README.md LICENSE ./
