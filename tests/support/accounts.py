@@ -47,10 +47,16 @@ class PartLogins:
 
 @contextlib.contextmanager
 def part_logins(
-    dialect: Dialect, admin_url: str, database_url: str, parts: Sequence[str]
+    dialect: Dialect,
+    admin_url: str,
+    database_url: str,
+    parts: Sequence[str],
+    *,
+    name_tail: str = "",
 ) -> Iterator[PartLogins]:
     """One login per part with its grants on database_url. admin_url may create logins;
-    database_url's login owns the tables (it runs the grants)."""
+    database_url's login owns the tables (it runs the grants). name_tail (MariaDB): the
+    accounts' names end with it, whatever characters it holds."""
     if dialect == "postgres":
         with ops.login_roles(admin_url, database_url, parts) as made:
             roles = {f"{part}_role": role for part, (role, _) in made.items()}
@@ -61,7 +67,7 @@ def part_logins(
                 {part: ops.with_user(database_url, r, pw) for part, (r, pw) in made.items()},
             )
         return
-    with _mariadb_accounts(admin_url, parts) as made:
+    with _mariadb_accounts(admin_url, parts, name_tail) as made:
         _mariadb_grant(database_url, parts, {part: user for part, (user, _) in made.items()})
         yield PartLogins(
             dialect,
@@ -70,9 +76,11 @@ def part_logins(
 
 
 @contextlib.contextmanager
-def _mariadb_accounts(admin_url: str, parts: Sequence[str]) -> Iterator[dict[str, tuple[str, str]]]:
-    # MariaDB user names are at most 80 characters; these are server-wide, hence random.
-    made = {p: (f"t_{p}_{uuid.uuid4().hex[:10]}", f"pw-{uuid.uuid4().hex}") for p in parts}
+def _mariadb_accounts(
+    admin_url: str, parts: Sequence[str], tail: str
+) -> Iterator[dict[str, tuple[str, str]]]:
+    # Account names are server-wide, hence random (and at most 80 characters).
+    made = {p: (f"t_{p}_{uuid.uuid4().hex[:10]}{tail}", f"pw-{uuid.uuid4().hex}") for p in parts}
     conn = mariadb.connect(admin_url, autocommit=True)
     try:
         with conn.cursor() as cur:
