@@ -40,9 +40,10 @@ class Context:
         """A copy of the template database (for a MariaDB contender: an empty, migrated
         database on --mariadb-url) and a new topic: (url, topic prefix, topic). A latency
         topic's records carry the broker's append time."""
-        name = f"bench_{self.run_id}_{contender}{suffix}".replace("-", "_")
+        name = f"bench_{self.run_id}_{contender}{suffix}"
         if contender in MARIADB_TWINS:
-            url = self._mariadb_database(name)
+            # A MariaDB URL names a database of letters, digits, _ and $ only.
+            url = self._mariadb_database(name.replace("-", "_"))
         else:
             self.dbs.append(name)
             url = copy_database(self.services, self.backlog, name)
