@@ -17,6 +17,11 @@ exists, and a fresh topic of --partitions partitions. Contenders:
 - ours:     `python -m relay.cli run`, every setting at its default (retention=keep).
 - ours-delete: the same with OUTBOX_RETENTION=delete.
 - ours2:    two default processes (replicas) on the same database (only when named).
+- ours-mariadb: the default process on a MariaDB outbox (--mariadb-url, default MARIADB_URL;
+            only when named): the template's rows in the same order, loaded into a fresh
+            migrated database there in 1,000-row transactions. Held against ours: the
+            drain's events/s (bar: at least 0.5 of ours) and, in the latency phase, the
+            commit-to-Kafka p99 at each load (bar: at most 2x ours).
 - naive:    bench/compare/naive_relay.py: one row per transaction, one awaited send per event.
 - debezium: Kafka Connect standalone with Debezium's Postgres connector (pgoutput) and
             its outbox EventRouter, from Maven Central (bench/connect/pom.xml). It reads
@@ -32,8 +37,12 @@ against the one of its mode. Throughput = records / (last event on the topic, an
 database relays the outbox settled - first event on the topic); start-up time is reported
 apart. After each drain the whole topic is audited (bench/compare/audit.py): events
 delivered, lost, duplicated, and per-key order violations, counted exactly. Latency: at each
-offered load a thread commits events with producer_lib at a steady rate and a consumer
-takes receive time minus commit time, for ours and Debezium.
+offered load a process commits events with producer_lib at a steady rate and a consumer
+takes receive time minus commit time, and the broker's append time minus commit time
+(commit to Kafka), for ours, ours-mariadb and Debezium.
+
+    .venv/bin/python -m bench relay_compare --services env --contenders ours,ours-mariadb \
+        --events 100000 --latency-rates 500 --latency-seconds 60   # MariaDB beside Postgres
 """
 
 from __future__ import annotations

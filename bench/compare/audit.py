@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-import psycopg
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from bench.compare.common import Q
+from bench.compare.common import outbox_connection, outbox_rows
 
 SEQ_PREFIX = b'{"seq":'
 FETCH_RECORDS = 100_000
@@ -138,8 +137,11 @@ async def read_topic(bootstrap: str, topic: str, partitions: int) -> Tally:
 
 
 def unpublished_seqs(url: str) -> set[int]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return {int(row[0]) for row in conn.execute(Q["outbox_unpublished_seqs"])}
+    conn, statements = outbox_connection(url)
+    try:
+        return {int(row[0]) for row in outbox_rows(conn, statements["outbox_unpublished_seqs"])}
+    finally:
+        conn.close()
 
 
 async def audit_topic(

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
-from bench.compare.common import LOAD_CHUNK, Q, say
+from bench.compare.common import LOAD_CHUNK, QM, Q, say
 from bench.compare.services import Services
 from bench.shared.database import admin, with_database
 from bench.shared.orders import make_orders, sequenced_order_event
+from outbox_core.database_url import DatabaseUrl
 from producer_lib import Outbox, migrate
 
 
@@ -83,4 +85,28 @@ def load_backlog(url: str, events: int) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(Q["outbox_vacuum_analyze"])
         conn.execute(Q["server_checkpoint"])
+    return time.monotonic() - started
+
+
+def load_backlog_mariadb(template_url: str, url: str, events: int) -> float:
+    """Fill a MariaDB outbox with the template's backlog, the same rows in the same order,
+    in LOAD_CHUNK-row transactions; returns seconds."""
+    started = time.monotonic()
+    target = DatabaseUrl.parse(url)
+    maria = target.connect(autocommit=False)
+    try:
+        with psycopg.connect(template_url, row_factory=dict_row) as source:
+            for after in range(0, events, LOAD_CHUNK):
+                rows = source.execute(
+                    Q["backlog_rows"], {"after": after, "upto": after + LOAD_CHUNK}
+                ).fetchall()
+                with maria.cursor() as cur:
+                    cur.executemany(QM["backlog_insert"], rows)
+                maria.commit()
+        with maria.cursor() as cur:
+            cur.execute(QM["outbox_analyze"])
+            cur.fetchall()
+        maria.commit()
+    finally:
+        maria.close()
     return time.monotonic() - started

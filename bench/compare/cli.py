@@ -24,6 +24,7 @@ from bench.compare.common import (
     FULL_RUN,
     LABELS,
     LOAD_CHUNK,
+    MARIADB_TWINS,
     ROOT,
     say,
 )
@@ -35,7 +36,11 @@ from bench.compare.naive import drain_naive
 from bench.compare.ours import drain_relay, latency_ours
 from bench.compare.report import render, write_docs
 from bench.compare.services import server_settings, start_services
+from bench.compare.targets import mariadb_ratios
 from bench.shared.procstat import loadavg
+
+# The contenders with an offered-load latency phase.
+LATENCY_CONTENDERS = ("ours", "ours-mariadb", "debezium")
 
 
 def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespace:
@@ -73,7 +78,7 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     p.add_argument(
         "--latency-contenders",
         default=None,
-        help="comma list of ours, debezium (default: those of them in --contenders)",
+        help="comma list of ours, ours-mariadb, debezium (default: those of them in --contenders)",
     )
     p.add_argument("--latency-seconds", type=float, default=20.0)
     p.add_argument("--latency-warmup-s", type=float, default=2.0)
@@ -85,6 +90,12 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     )
     p.add_argument(
         "--cache-dir", default=os.environ.get("OUTBOX_BENCH_CACHE_DIR", str(BENCH_CACHE))
+    )
+    p.add_argument(
+        "--mariadb-url",
+        default=os.environ.get("MARIADB_URL", ""),
+        help="a MariaDB server (mysql://user:password@host:port/, a user that may create "
+        "databases) for ours-mariadb (default: MARIADB_URL)",
     )
     p.add_argument("--pg-port", type=int, default=BENCH_PG_PORT)
     p.add_argument("--kafka-port", type=int, default=BENCH_KAFKA_PORT)
@@ -119,8 +130,14 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
         args.write_docs = not args.ci and set(FULL_RUN) <= set(args.contenders)
     args.latency_rates = [float(r) for r in args.latency_rates.split(",") if r]
     if args.latency_contenders is None:
-        args.latency_contenders = ",".join(c for c in ("ours", "debezium") if c in args.contenders)
+        args.latency_contenders = ",".join(c for c in LATENCY_CONTENDERS if c in args.contenders)
     args.latency_contenders = [c.strip() for c in args.latency_contenders.split(",") if c.strip()]
+    for c in args.latency_contenders:
+        if c not in LATENCY_CONTENDERS:
+            p.error(f"no latency phase for {c!r}: choose from {', '.join(LATENCY_CONTENDERS)}")
+    wants_mariadb = set(MARIADB_TWINS) & {*args.contenders, *args.latency_contenders}
+    if wants_mariadb and not args.mariadb_url:
+        p.error(f"{', '.join(sorted(wants_mariadb))} needs --mariadb-url or MARIADB_URL")
     if args.events < LOAD_CHUNK or args.rounds < 1 or args.partitions < 1:
         p.error("--events must be at least 1000; --rounds and --partitions at least 1")
     return args
@@ -154,7 +171,7 @@ async def run(args: argparse.Namespace) -> int:
                 say(
                     f"drain {name} (round {round_no + 1}/{args.rounds}): loading {backlog.events:,} events"
                 )
-                if name in ("ours", "ours-delete", "ours2"):
+                if name in ("ours", "ours-delete", "ours2", *MARIADB_TWINS):
                     d = await drain_relay(ctx, name, round_no)
                 elif name == "naive":
                     d = await drain_naive(ctx, round_no)
@@ -180,8 +197,9 @@ async def run(args: argparse.Namespace) -> int:
                         f"{a.unreadable:,} unreadable"
                     )
         if args.latency:
-            if "ours" in args.latency_contenders:
-                points += await latency_ours(ctx)
+            for name in ("ours", *MARIADB_TWINS):
+                if name in args.latency_contenders:
+                    points += await latency_ours(ctx, name)
             if "debezium" in args.latency_contenders:
                 assert libs is not None
                 points += await latency_debezium(ctx, libs)
@@ -209,6 +227,8 @@ async def run(args: argparse.Namespace) -> int:
         say(
             f"ours/naive: {o / n if n else float('inf'):.2f} (ours {o:,.0f} events/s, naive {n:,.0f} events/s)"
         )
+    for line in mariadb_ratios(drains, points):
+        say(line)
     # CI checks that the harness measures exact, ordered drains (every event on the topic
     # or still in the outbox of a contender stopped at its cap); which contender is faster
     # is the bench's finding, not something a shared CI machine can promise.

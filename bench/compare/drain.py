@@ -9,10 +9,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psycopg
-
 from bench.compare.audit import Audit, audit_topic
-from bench.compare.common import SAMPLE_S, Q
+from bench.compare.common import SAMPLE_S, outbox_connection, outbox_rows
 from bench.compare.context import Context
 from bench.compare.services import Services
 from bench.shared import procstat
@@ -178,10 +176,13 @@ async def watch_drain(
 
 async def outbox_emptied(url: str) -> float:
     """When the last row is settled: the relay acks a row before it marks or deletes it."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    conn, statements = outbox_connection(url)
+    try:
         for _ in range(60_000):
-            row = await (await conn.execute(Q["outbox_any_left"])).fetchone()
-            if row is not None and not row[0]:
+            # One short query on a local server: the loop waits for nothing else meanwhile.
+            if not outbox_rows(conn, statements["outbox_any_left"])[0][0]:
                 break
             await asyncio.sleep(0.01)
+    finally:
+        conn.close()
     return time.time()

@@ -1,5 +1,7 @@
 """End-to-end latency at offered loads: bench/compare/steady_producer.py commits events at a steady
-rate, a consumer takes receive time minus commit time by the seq in each payload."""
+rate, a consumer takes receive time minus commit time by the seq in each payload, and the
+broker's append time (the latency topics are LogAppendTime) minus commit time: commit to
+Kafka, without the consumer's fetch."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ class LatencyPoint:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    p50_kafka_ms: float = float("nan")  # commit to the broker's append
+    p99_kafka_ms: float = float("nan")
 
 
 @dataclass
@@ -82,10 +86,12 @@ async def offer(
 
 
 class Receiver:
-    """Receive time of every event on the topic, by the seq in its JSON payload."""
+    """Receive time and append time of every event on the topic, by the seq in its JSON
+    payload."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         self.received: dict[int, float] = {}
+        self.appended: dict[int, float] = {}
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             enable_auto_commit=False,
@@ -108,6 +114,7 @@ class Receiver:
                 for rec in records:
                     seq = int(json.loads(rec.value)["seq"])
                     self.received.setdefault(seq, now)
+                    self.appended.setdefault(seq, rec.timestamp / 1000)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -141,10 +148,9 @@ async def offered_loads(
             wanted = range(seq, seq + load.total)
             await wait_received(receiver, wanted, 120.0, proc)
             skip = int(rate * args.latency_warmup_s)  # the first moments of each load
-            lat = sorted(
-                (receiver.received[s] - load.commit_at[s - seq]) * 1000
-                for s in wanted[skip:]
-                if s in receiver.received
+            lat, kafka = (
+                sorted((at[s] - load.commit_at[s - seq]) * 1000 for s in wanted[skip:] if s in at)
+                for at in (receiver.received, receiver.appended)
             )
             missing = sum(1 for s in wanted if s not in receiver.received)
             point = LatencyPoint(
@@ -156,10 +162,13 @@ async def offered_loads(
                 percentile(lat, 0.50),
                 percentile(lat, 0.99),
                 lat[-1] if lat else float("nan"),
+                percentile(kafka, 0.50),
+                percentile(kafka, 0.99),
             )
             say(
                 f"latency {contender} @ {rate:.0f}/s: committed {point.achieved:.0f}/s, p50 "
                 f"{point.p50_ms:.1f} ms, p99 {point.p99_ms:.1f} ms, max {point.max_ms:.1f} ms, "
+                f"to Kafka p50 {point.p50_kafka_ms:.1f} ms, p99 {point.p99_kafka_ms:.1f} ms, "
                 f"not received {missing} (load {loadavg()})"
             )
             points.append(point)

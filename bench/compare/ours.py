@@ -1,14 +1,14 @@
-"""Contenders "ours", "ours2" and "ours-delete": `python -m relay.cli run` with every setting at
-its default, one process or two (replicas) on the same database, or one process with
-retention=delete; and its offered-load latency."""
+"""Contenders "ours", "ours2", "ours-delete" and "ours-mariadb": `python -m relay.cli run` with
+every setting at its default, one process or two (replicas) on the same database, one
+process with retention=delete, or one process on a MariaDB outbox; and the offered-load
+latency of "ours" and "ours-mariadb"."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bench.compare.backlog import load_backlog
 from bench.compare.common import PYTHON
-from bench.compare.context import Context
+from bench.compare.context import LATENCY_SUFFIX, Context
 from bench.compare.drain import Drain, drain_processes
 from bench.compare.latency import LatencyPoint, offered_loads, warm_rows
 from bench.shared.processes import Proc, launch, relay_env
@@ -22,7 +22,7 @@ async def drain_relay(
     """settings: relay environment variables beyond the defaults (bench/record_formats.py:
     the record format)."""
     url, prefix, topic = await ctx.fresh(contender, f"_r{round_no}")
-    load_s = load_backlog(url, ctx.backlog.events)
+    load_s = ctx.load(url, ctx.backlog.events)
     env = {**relay_env(url, ctx.services.bootstrap, prefix), **(settings or {})}
     if contender == "ours-delete":
         env["OUTBOX_RETENTION"] = "delete"
@@ -40,14 +40,15 @@ async def drain_relay(
     return result
 
 
-async def latency_ours(ctx: Context) -> list[LatencyPoint]:
-    url, prefix, topic = await ctx.fresh("ours", "_latency")
+async def latency_ours(ctx: Context, contender: str = "ours") -> list[LatencyPoint]:
+    """contender: ours (Postgres) or ours-mariadb."""
+    url, prefix, topic = await ctx.fresh(contender, LATENCY_SUFFIX)
     # A table that has seen traffic: the backlog loaded and analyzed, drained as warm-up.
-    load_backlog(url, warm_rows(ctx))
+    ctx.load(url, warm_rows(ctx))
     env = relay_env(url, ctx.services.bootstrap, prefix)
-    proc = launch("ours-latency", RELAY, env, ctx.logdir)
+    proc = launch(f"{contender}-latency", RELAY, env, ctx.logdir)
     try:
-        return await offered_loads("ours", url, topic, ctx, proc)
+        return await offered_loads(contender, url, topic, ctx, proc)
     finally:
         proc.stop()
         ctx.done_with(url)

@@ -1,6 +1,6 @@
 """Offered load for bench/relay_compare.py: commits events with producer_lib at a steady rate.
 
-Every tick it emits, in one transaction (`Outbox.emit_batch`), the events that are due by
+On a Postgres or a MariaDB outbox. Every tick it emits, in one transaction (`Outbox.emit_batch`), the events that are due by
 then, so the rate holds even when a commit is slow. Each event's JSON payload carries its
 sequence number; after the run, one line per event "seq commit_epoch_s" (the wall clock
 right after its COMMIT returned) is written to --out. A process of its own, so that the
@@ -13,14 +13,14 @@ consumer that takes receive times never waits for this one's Python.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
 from collections.abc import Sequence
 
-import psycopg
-
 from bench.shared.orders import make_orders, sequenced_order_event
+from outbox_core.database_url import DatabaseUrl
 from producer_lib import Outbox
 
 
@@ -33,7 +33,8 @@ def produce(
     total = int(rate * seconds)
     commit_at = [0.0] * total
     sent = 0
-    with psycopg.connect(url, autocommit=False) as conn:
+    # Postgres (psycopg) or MariaDB (PyMySQL): emit_batch takes either driver's connection.
+    with contextlib.closing(DatabaseUrl.parse(url).connect(autocommit=False)) as conn:
         start = time.monotonic()
         while sent < total:
             due = min(total, int(rate * (time.monotonic() - start)) + 1)

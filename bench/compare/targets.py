@@ -3,7 +3,7 @@ mode (1 / (1/db + 1/kafka)), each relay's share of it, and the targets met or mi
 
 from __future__ import annotations
 
-from bench.compare.common import DB_CEILING, LABELS, RELAY_MODES, TARGETS
+from bench.compare.common import DB_CEILING, LABELS, MARIADB_TWINS, RELAY_MODES, TARGETS
 from bench.compare.drain import Drain, medians
 from bench.compare.latency import LatencyPoint
 
@@ -58,10 +58,40 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
+def mariadb_ratios(drains: dict[str, list[Drain]], points: list[LatencyPoint]) -> list[str]:
+    """Each MariaDB contender against its Postgres twin in this run: the drain's events/s
+    and, at each offered load both ran, the commit-to-Kafka p99, with the bars."""
+    med = medians(drains)
+    out: list[str] = []
+    for maria, twin in MARIADB_TWINS.items():
+        if maria in med and twin in med:
+            m, p = med[maria].rate, med[twin].rate
+            bar = TARGETS["mariadb_drain"]
+            # A backlog drained within one sample has no rate: too small to compare.
+            judged = f"{m / p:.2f}" if m > 0 and p > 0 else "n/a"
+            met = verdict(m / p >= bar) if judged != "n/a" else "not measured"
+            out.append(
+                f"MariaDB/Postgres drain: {judged} ({LABELS[maria]} {m:,.0f} events/s, "
+                f"{LABELS[twin]} {p:,.0f} events/s; at least {bar:.1f}: {met})"
+            )
+        theirs = {pt.offered: pt for pt in points if pt.contender == twin}
+        for pt in points:
+            other = theirs.get(pt.offered)
+            if pt.contender != maria or other is None or not other.p99_kafka_ms > 0:
+                continue
+            ratio, bar = pt.p99_kafka_ms / other.p99_kafka_ms, TARGETS["mariadb_p99"]
+            out.append(
+                f"MariaDB/Postgres commit-to-Kafka p99 at {pt.offered:,.0f} events/s: "
+                f"{ratio:.2f} ({LABELS[maria]} {pt.p99_kafka_ms:.1f} ms, {LABELS[twin]} "
+                f"{other.p99_kafka_ms:.1f} ms; at most {bar:.1f}: {verdict(ratio <= bar)})"
+            )
+    return out
+
+
 def shortfalls(drains: dict[str, list[Drain]], points: list[LatencyPoint]) -> list[str]:
     med = medians(drains)
     ratios = vs_pipeline(med)
-    out: list[str] = []
+    out: list[str] = [f"- {line}" for line in mariadb_ratios(drains, points)]
     for name, mode in RELAY_MODES.items():
         if name == "ours2" or name not in med:
             continue

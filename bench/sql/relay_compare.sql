@@ -29,6 +29,15 @@ FROM bench_backlog
 WHERE ord > %(after)s AND ord <= %(upto)s
 ORDER BY ord;
 
+-- name: backlog_rows
+-- Rows (after, upto] of the backlog in write order, as another database's outbox takes
+-- them (relay_compare_mariadb.sql's backlog_insert): the id as text, the headers as JSON text.
+SELECT event_id::text AS event_id, topic, key, shard, event_type, payload,
+       headers::text AS headers
+FROM bench_backlog
+WHERE ord > %(after)s AND ord <= %(upto)s
+ORDER BY ord;
+
 -- name: payload_size_avg
 SELECT avg(length(payload))::float8, count(DISTINCT key) FROM bench_backlog;
 

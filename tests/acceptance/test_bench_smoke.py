@@ -4,8 +4,9 @@ that proves it and nothing about speed.
 tenant_fairness launches relays and writers in every configuration; large_events samples
 a relay's memory; relay_fleet runs steady_floor's loop beside a relay; relay_latency
 measures an idle relay and a steady load; record_formats runs Debezium beside the relay's
-debezium format and drains once per format. Each runs here against the test services, its
-output checked for the rows it exists to print.
+debezium format and drains once per format; relay_compare drains and loads the relay on
+MariaDB beside Postgres. Each runs here against the test services, its output checked for
+the rows it exists to print.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.mariadb import mariadb_admin_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -222,3 +225,36 @@ def test_the_record_formats_bench_finds_the_relay_s_debezium_records_equal_to_de
     ], output
     for cells in drains:
         assert cells[6:9] == ["0", "0", "0"], output  # lost, duplicates, order violations
+
+
+@pytest.mark.timeout(300)
+def test_the_compare_bench_runs_the_relay_on_mariadb_beside_postgres(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
+    """The same backlog drained and the same load offered on each database, in one run: both
+    drains whole and in order, both loads delivered, the ratios printed."""
+    output = run_bench(
+        [
+            *("-m", "bench", "relay_compare", "--services", "env"),
+            *("--contenders", "ours,ours-mariadb", "--events", "3000", "--partitions", "2"),
+            *("--latency-rates", "200", "--latency-seconds", "3", "--latency-warmup-s", "1"),
+        ],
+        {
+            "DATABASE_URL": postgres_admin,
+            "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "MARIADB_URL": mariadb_admin_url(),
+        },
+        290,
+    )
+    for name in ("ours", "ours-mariadb"):
+        assert (
+            f"audit {name}: 3,000 records, 3,000 distinct events, 0 lost, 0 duplicates, "
+            "0 order violations, 0 unpublished, 0 unreadable"
+        ) in output, output
+    assert "MariaDB/Postgres drain: " in output, output
+    assert "MariaDB/Postgres commit-to-Kafka p99 at 200 events/s: " in output, output
+    (row,) = [line for line in output.splitlines() if line.startswith("| ours on MariaDB ")][1:]
+    cells = table_cells(row)  # the latency table's row (the drain table's comes first)
+    assert int(cells[3]) > 0, output  # events measured
+    assert float(cells[8]) > 0, output  # p99 ms to Kafka
+    assert cells[9] == "0", output  # not received

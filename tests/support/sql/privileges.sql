@@ -1,6 +1,7 @@
--- Roles and privilege probes of the least-privilege and no-secrets tests, Postgres.
--- {role} and {password} are filled in with psycopg.sql.Identifier / Literal: role
--- statements take no bind parameters.
+-- Roles and privilege probes of the least-privilege and no-secrets tests. The role
+-- statements are Postgres's: {role} and {password} are filled in with psycopg.sql.Identifier
+-- / Literal (role statements take no bind parameters). The probes run on Postgres and on
+-- MariaDB alike (its accounts: privileges_mariadb.sql).
 
 -- name: role_create
 CREATE ROLE {role} LOGIN PASSWORD {password};
@@ -38,3 +39,6 @@ UPDATE outbox_settings SET value = value;
 
 -- name: probe_create_table
 CREATE TABLE probe_ddl (id integer);
+
+-- name: probe_events_drop
+DROP TABLE outbox_events;
