@@ -42,7 +42,11 @@ log = logging.getLogger("relay.topics")
 def record_batch(producer: AIOKafkaProducer, size: int) -> BatchBuilder:
     """An empty record batch of at most `size` bytes, compressed as `producer` compresses."""
     compression: Any = producer._message_accumulator._compression_type
-    return BatchBuilder(size, compression, is_transactional=False)
+    # A transactional producer's batches carry the transactional flag, or the broker
+    # would take them outside the transaction (and read_committed readers at once).
+    txn = producer._txn_manager
+    transactional = txn is not None and txn.transactional_id is not None
+    return BatchBuilder(size, compression, is_transactional=transactional)
 
 
 class TopicState(Enum):

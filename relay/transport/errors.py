@@ -40,6 +40,15 @@ class FailureReason(Enum):
     # be too large. They go out again in smaller batches; the refusal put the producer's
     # sequence numbers out of step with the broker's, so it is replaced first.
     BATCH_TOO_LARGE = ("BatchTooLarge", True, False, True, False)
+    # Kafka transactions (kafka_transactions). Another producer took the shard's
+    # transactional id: its lease moved. Nothing of the transaction is visible and the
+    # rows are the new owner's, so they are not charged; the shard is dropped.
+    FENCED = ("Fenced", True, False, True, False)
+    # The shard's transaction was aborted, or its end is not known (a commit without an
+    # answer), for no fault of these rows (the progress record or the commit failed).
+    # The shard's producer is started again and the progress topic read before its
+    # next claim, so a commit that did happen is settled, never sent again.
+    TRANSACTION_ABORTED = ("TransactionAborted", True, True, False, False)
 
     def __init__(
         self, label: str, retriable: bool, transport: bool, fatal: bool, charged: bool

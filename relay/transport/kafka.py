@@ -55,6 +55,7 @@ log = logging.getLogger("relay.topics")
 # Each Kafka fault (outbox_core.kafka_faults: the one table of aiokafka's errors) as the
 # relay's reason; every reason's verdict is the fault's, but for TOPIC_DENIED.
 _REASONS: dict[KafkaFault, FailureReason] = {
+    KafkaFault.FENCED: FailureReason.FENCED,
     KafkaFault.PRODUCER_BROKEN: FailureReason.PRODUCER_BROKEN,
     KafkaFault.TOO_LARGE: FailureReason.TOO_LARGE,
     KafkaFault.INVALID_TOPIC: FailureReason.REFUSED,
@@ -102,9 +103,18 @@ _WHY = {
 
 
 class KafkaPublisher:
-    def __init__(self, settings: KafkaSettings, security: KafkaSecurity) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        security: KafkaSecurity,
+        *,
+        transactional_id: str | None = None,
+    ) -> None:
+        """transactional_id: a transactional producer (relay.transport.transactions runs
+        its transactions); its start() is the init that fences the id's previous holder."""
         self._settings = settings
         self._security = security
+        self.transactional_id = transactional_id
         self._producer: AIOKafkaProducer | None = None
         self._topics: TopicDirectory | None = None
         self._limits = TopicLimits(self._make_admin, settings.max_request_size)
@@ -115,6 +125,12 @@ class KafkaPublisher:
 
     def _make(self) -> AIOKafkaProducer:
         s = self._settings
+        transactional: dict[str, Any] = {}
+        if self.transactional_id is not None:
+            transactional = {
+                "transactional_id": self.transactional_id,
+                "transaction_timeout_ms": s.transaction_timeout_ms,
+            }
         return AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
             client_id=s.client_id,
@@ -124,8 +140,16 @@ class KafkaPublisher:
             linger_ms=s.linger_ms,
             request_timeout_ms=s.request_timeout_ms,
             compression_type=None if s.compression_type == "none" else s.compression_type,
+            **transactional,
             **self._security.client_options(),
         )
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        """The started producer (its transactions are run by relay.transport.transactions)."""
+        if self._producer is None:
+            raise PublishFailed(FailureReason.PRODUCER_BROKEN, "producer is not started")
+        return self._producer
 
     def _make_admin(self) -> AIOKafkaAdminClient:
         s = self._settings
@@ -139,7 +163,23 @@ class KafkaPublisher:
     async def start(self) -> None:
         producer = self._make()
         try:
-            await producer.start()
+            if self.transactional_id is None:
+                await producer.start()
+            else:
+                # aiokafka retries InitProducerId for as long as the broker's transaction
+                # coordinator is not available (a transaction state log that cannot be
+                # created): bounded here, so the refusal is reported.
+                limit_s = self._settings.request_timeout_ms / 1000
+                try:
+                    await asyncio.wait_for(producer.start(), limit_s)
+                except TimeoutError as exc:
+                    raise PublishFailed(
+                        FailureReason.TIMEOUT,
+                        f"the broker did not initialise transactional id "
+                        f"{self.transactional_id} within {limit_s:.0f}s (InitProducerId: "
+                        "is its transaction coordinator available, "
+                        "transaction.state.log.replication.factor at most the brokers?)",
+                    ) from exc
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await producer.stop()

@@ -96,6 +96,7 @@ AIOKAFKA_INTERNALS = (
     "client._topics",
     "unauthorized_topics",
     "force_metadata_update",
+    "_txn_manager",
 )
 AIOKAFKA_ADAPTER = "relay/transport/aiokafka_adapter.py"
 

@@ -1,0 +1,190 @@
+"""kafka_transactions on the real broker and databases: each shard's records go in one
+Kafka transaction with a progress record; a failing record aborts only its shard's
+transaction; a second producer under the shard's transactional id fences the first; a
+shard's next owner settles from the progress topic what Kafka already has. Every topic
+is read back read_committed (tests.support.kafka.read_topic), as the docs tell consumers
+to read it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from typing import Any, cast
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from producer_lib import Event, Outbox
+from relay.config import RelaySettings
+from relay.database import make_store
+from relay.errors import StoreUnavailable
+from relay.service import RelayService
+from relay.store import Settled, SettleRequest, Store
+from tests.conftest import TopicFactory
+from tests.integration.test_relay_delivery import emit_orders
+from tests.support.db import Backend
+from tests.support.kafka import read_topic, unique_topic_name
+from tests.support.relay import (
+    expected_from_db,
+    judge_topic,
+    relay_settings,
+    running_relay,
+    wait_drained,
+)
+from tests.support.transactions import sync_tx
+from tests.support.waits import until
+
+pytestmark = [pytest.mark.integration, pytest.mark.dialects("postgres", "sqlite")]
+
+
+def transactional(backend: Backend, bootstrap: str, **over: Any) -> RelaySettings:
+    """A transactional relay with a transactional id prefix and progress topic of its
+    own (tests share the broker)."""
+    run = uuid.uuid4().hex[:8]
+    return relay_settings(
+        backend,
+        bootstrap,
+        kafka_transactions=True,
+        kafka_transactional_id_prefix=f"test-{run}",
+        kafka_progress_topic=unique_topic_name("progress"),
+        kafka_transaction_timeout_ms=2000,
+        **over,
+    )
+
+
+def event_ids(records: list[Any]) -> Counter[str]:
+    return Counter(dict(r.headers)["event_id"].decode() for r in records)
+
+
+async def test_a_transactional_relay_delivers_each_event_once(
+    backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic("orders", partitions=3)
+    rolled_back = emit_orders(backend, topic, 600, keys=30)
+    expected = expected_from_db(backend)
+    settings = transactional(backend, kafka_bootstrap, batch_size=100)
+    async with running_relay(settings) as relay:
+        await wait_drained(backend)
+    verdict = await judge_topic(kafka_bootstrap, topic, expected)
+    all_ids = [e for ids in expected.values() for e in ids]
+    assert verdict.missing(all_ids) == set()
+    assert verdict.unexpected(all_ids) == set()
+    assert not set(rolled_back) & verdict.delivered
+    assert verdict.order_violations == []
+    assert verdict.duplicates == 0
+    assert relay.stats.transactions_committed > 0
+    progress = await read_topic(kafka_bootstrap, settings.kafka.progress_topic)
+    assert progress, "every transaction carries a progress record"
+
+
+@pytest.mark.usefixtures("patient_kafka_lookups")
+async def test_a_record_refused_inside_a_transaction_is_charged_alone(
+    backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    """One key, so one shard and one transaction: the row to a topic the cluster lacks
+    aborts it and is charged; the row beside it is not, and goes in the next one."""
+    topic = await new_topic("orders")
+    missing = unique_topic_name("missing")
+    with sync_tx(backend, "driver") as conn:
+        ids = Outbox().emit_batch(
+            conn, [Event(missing, "k", "Lost", {"n": 1}), Event(topic, "k", "Kept", {"n": 2})]
+        )
+    good = str(ids[1])
+    settings = transactional(
+        backend, kafka_bootstrap, failure_policy="skip", max_attempts=100, backoff_base_s=60
+    )
+    async with running_relay(settings) as relay:
+        await until(lambda: relay.stats.published >= 1, 60, "the good row published")
+        assert relay.stats.transactions_aborted >= 1
+    assert event_ids(await read_topic(kafka_bootstrap, topic)) == Counter({good: 1})
+    rows = [r for r in backend.fetch("outbox_rows") if r[2] == missing]
+    assert [r[8] for r in rows] == [1], rows  # charged once, alone
+    assert "not found" in str(rows[0][11])
+
+
+class SettleNever:
+    """A store whose settles of published rows never reach the database (the relay died
+    between Kafka's commit and the settle): they raise as an outage does."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.refused = 0
+
+    async def settle(self, request: SettleRequest) -> Settled:
+        if request.published_ids:
+            self.refused += 1
+            raise StoreUnavailable("settle lost (test)")
+        return await self.inner.settle(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_new_owner_settles_what_kafka_has_and_sends_none_of_it_again(
+    backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic("orders", partitions=2)
+    emit_orders(backend, topic, 200, keys=10)
+    expected = expected_from_db(backend)
+    all_ids = [e for ids in expected.values() for e in ids]
+    first = transactional(backend, kafka_bootstrap, batch_size=50)
+    never = SettleNever(make_store(first.database))
+    dead = RelayService(first, store=cast(Store, never))
+    task = asyncio.create_task(dead.run())
+    try:
+        # Its transactions commit; none of their rows is ever settled.
+        await until(lambda: dead.stats.transactions_committed >= 1, 60, "a commit")
+        await until(lambda: never.refused >= 1, 60, "a settle refused")
+    finally:
+        task.cancel()  # stopped while its rows are not settled
+        await asyncio.gather(task, return_exceptions=True)
+    delivered = event_ids(await read_topic(kafka_bootstrap, topic))
+    assert delivered, "the first owner committed transactions to Kafka"
+    # The next owner: same prefix and progress topic, leases taken over after the TTL.
+    second = relay_settings(
+        backend,
+        kafka_bootstrap,
+        batch_size=50,
+        kafka_transactions=True,
+        kafka_transactional_id_prefix=first.kafka.transactional_id_prefix,
+        kafka_progress_topic=first.kafka.progress_topic,
+        kafka_transaction_timeout_ms=2000,
+    )
+    async with running_relay(second) as relay:
+        await wait_drained(backend)
+    verdict = await judge_topic(kafka_bootstrap, topic, expected)
+    assert verdict.missing(all_ids) == set()
+    assert verdict.duplicates == 0, "a row Kafka had was sent again"
+    assert verdict.order_violations == []
+    assert relay.stats.recovered > 0
+
+
+async def test_a_second_producer_under_the_shards_id_fences_the_first(
+    backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic("orders")
+    settings = transactional(backend, kafka_bootstrap)
+    async with running_relay(settings) as relay:
+        emit_orders(backend, topic, 20, keys=5, seed=1)
+        await wait_drained(backend)
+        held = sorted(relay.pipeline.held)
+        assert held
+        # Another producer takes shard held[0]'s transactional id: the relay's is fenced.
+        usurper = AIOKafkaProducer(
+            bootstrap_servers=kafka_bootstrap,
+            transactional_id=settings.kafka.transactional_id(held[0]),
+        )
+        await usurper.start()
+        try:
+            emit_orders(backend, topic, 50, keys=5, seed=2)
+            await until(lambda: relay.stats.fenced >= 1, 60, "the relay's producer fenced")
+            assert relay.stats.parked == 0
+            # The shard comes back after its lease expires: this relay takes it again,
+            # fencing the usurper in turn, and everything goes out once.
+            await wait_drained(backend, 90)
+        finally:
+            await usurper.stop()
+    delivered = event_ids(await read_topic(kafka_bootstrap, topic))
+    assert sum(delivered.values()) == 70
+    assert set(delivered.values()) == {1}
