@@ -21,6 +21,7 @@ from relay.database import make_store
 from relay.errors import StoreUnavailable
 from relay.service import RelayService
 from relay.store import Settled, SettleRequest, Store
+from relay.transport.progress import ProgressTopicRefused
 from tests.conftest import TopicFactory
 from tests.integration.test_relay_delivery import emit_orders
 from tests.support.db import Backend
@@ -42,15 +43,13 @@ def transactional(backend: Backend, bootstrap: str, **over: Any) -> RelaySetting
     """A transactional relay with a transactional id prefix and progress topic of its
     own (tests share the broker)."""
     run = uuid.uuid4().hex[:8]
-    return relay_settings(
-        backend,
-        bootstrap,
-        kafka_transactions=True,
-        kafka_transactional_id_prefix=f"test-{run}",
-        kafka_progress_topic=unique_topic_name("progress"),
-        kafka_transaction_timeout_ms=2000,
-        **over,
-    )
+    own = {
+        "kafka_transactions": True,
+        "kafka_transactional_id_prefix": f"test-{run}",
+        "kafka_progress_topic": unique_topic_name("progress"),
+        "kafka_transaction_timeout_ms": 2000,
+    }
+    return relay_settings(backend, bootstrap, **{**own, **over})
 
 
 def event_ids(records: list[Any]) -> Counter[str]:
@@ -188,3 +187,12 @@ async def test_a_second_producer_under_the_shards_id_fences_the_first(
     delivered = event_ids(await read_topic(kafka_bootstrap, topic))
     assert sum(delivered.values()) == 70
     assert set(delivered.values()) == {1}
+
+
+async def test_a_progress_topic_that_is_not_compacted_is_refused_at_start_up(
+    backend: Backend, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    progress = await new_topic("progress", configs={"cleanup.policy": "delete"})
+    settings = transactional(backend, kafka_bootstrap, kafka_progress_topic=progress)
+    with pytest.raises(ProgressTopicRefused, match=r"cleanup\.policy=delete; it must be compact"):
+        await asyncio.wait_for(RelayService(settings).run(), 60)

@@ -1,18 +1,26 @@
 """kafka_transactions' settings are refused at load when they cannot work (exit 2 like
-every bad setting), and a progress record that is not one of ours never stops a
-takeover."""
+every bad setting), a broker that refuses transactions is named at start-up, /healthz
+fails while a transaction cannot end, and a progress record that is not one of ours
+never stops a takeover."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import errors as kafka_errors
 
+from outbox_core.kafka_security import KafkaSecurity
 from relay.cli import main
 from relay.config import load_settings
 from relay.errors import RelayConfigError
-from relay.transport.progress import Progress
+from relay.service import RelayService
+from relay.transport.errors import PublishFailed
+from relay.transport.kafka import KafkaPublisher, classify
+from relay.transport.progress import Progress, ProgressTopic
+from relay.transport.transactions import ShardTransactions, TransactionsRefused
 
 KAFKA = {
     "database_url": "sqlite:///relay.db",
@@ -118,3 +126,85 @@ def test_a_record_that_is_not_our_progress_is_ignored(
     key: bytes | None, value: bytes | None
 ) -> None:
     assert Progress.decode(key, value) is None
+
+
+# ---------------------------------------------------------------------------- start-up, health
+
+
+def _service(tmp_path: Path) -> RelayService:
+    settings = load_settings(
+        **{**KAFKA, "database_url": f"sqlite:///{tmp_path / 'outbox.db'}"},  # never opened
+        kafka_transactions=True,
+    )
+    return RelayService(settings)
+
+
+def test_a_transactional_relay_has_one_producer_per_shard_for_both_lanes(tmp_path: Path) -> None:
+    settings = load_settings(
+        **{**KAFKA, "database_url": f"sqlite:///{tmp_path / 'outbox.db'}"},
+        kafka_transactions=True,
+        fair_tenants=True,
+        tenant_bulk_rows=100,
+    )
+    service = RelayService(settings)
+    assert isinstance(service.publisher, ShardTransactions)
+    assert service.bulk_producer is None  # the lanes share the shards' producers
+
+
+def test_healthz_fails_while_a_transaction_could_not_be_ended(tmp_path: Path) -> None:
+    service = _service(tmp_path)
+    publisher = service.publisher
+    assert isinstance(publisher, ShardTransactions)
+    assert service.healthz().ok
+    publisher.stuck.add(3)
+    probe = service.healthz()
+    assert not probe.ok
+    assert "could not be ended" in probe.detail
+    assert "[3]" in probe.detail
+    publisher.stuck.clear()
+    assert service.healthz().ok
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        kafka_errors.TransactionalIdAuthorizationFailed("outbox-relay-check"),
+        kafka_errors.UnsupportedVersionError("InitProducerId"),
+        kafka_errors.ClusterAuthorizationFailedError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+async def test_a_broker_that_refuses_transactions_is_named_at_start_up(
+    refusal: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def nothing(self: object) -> None:
+        return None
+
+    async def refused(self: KafkaPublisher) -> None:
+        raise classify(refusal)
+
+    monkeypatch.setattr(ProgressTopic, "start", nothing)
+    monkeypatch.setattr(KafkaPublisher, "start", refused)
+    kafka = load_settings(**KAFKA, kafka_transactions=True).kafka
+    publisher = ShardTransactions(kafka, KafkaSecurity.plaintext())
+    with pytest.raises(TransactionsRefused, match="refuses transactions") as caught:
+        await publisher.start()
+    assert type(refusal).__name__ in str(caught.value)
+    assert isinstance(caught.value, RelayConfigError)  # exit code 2
+
+
+async def test_a_broker_away_at_start_up_is_retried_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def nothing(self: object) -> None:
+        return None
+
+    async def away(self: KafkaPublisher) -> None:
+        raise classify(kafka_errors.KafkaConnectionError("no broker"))
+
+    monkeypatch.setattr(ProgressTopic, "start", nothing)
+    monkeypatch.setattr(KafkaPublisher, "start", away)
+    kafka = load_settings(**KAFKA, kafka_transactions=True).kafka
+    with pytest.raises(PublishFailed) as caught:
+        await ShardTransactions(kafka, KafkaSecurity.plaintext()).start()
+    assert caught.value.retriable
