@@ -44,10 +44,9 @@ class FailureReason(Enum):
     # transactional id: its lease moved. Nothing of the transaction is visible and the
     # rows are the new owner's, so they are not charged; the shard is dropped.
     FENCED = ("Fenced", True, False, True, False)
-    # The shard's transaction was aborted, or its end is not known (a commit without an
-    # answer), for no fault of these rows (the progress record or the commit failed).
-    # The shard's producer is started again and the progress topic read before its
-    # next claim, so a commit that did happen is settled, never sent again.
+    # The shard's transaction was aborted for no fault of these rows: its progress record
+    # was refused. (A commit without an answer is no failure of the rows: they are held,
+    # and the progress topic tells, before the shard's next claim, whether it happened.)
     TRANSACTION_ABORTED = ("TransactionAborted", True, True, False, False)
 
     def __init__(

@@ -138,7 +138,9 @@ class ShardTransactions:
     # ------------------------------------------------------------------ shards
 
     def forget(self, shard: int) -> None:
-        """The shard's lease is gone: its producer is closed (beside the cycle)."""
+        """The shard's lease is gone: its producer is closed (beside the cycle). A
+        transaction it could not end is the next owner's init to abort."""
+        self.stuck.discard(shard)
         entry = self._shards.pop(shard, None)
         if entry is None:
             return
@@ -354,7 +356,9 @@ class ShardTransactions:
             # Its abort failed: it was never to be committed, so its records' own
             # failures stand.
             return [HELD if o is ACKED else o for o in outcomes]
-        return [_aborted(str(error))] * count
+        # Perhaps committed: nothing is written for its rows (HELD) until the progress
+        # topic, read before the shard's next claim, has told.
+        return [HELD] * count
 
     async def _stop(self, entry: _Shard) -> bool:
         """Stop the shard's producer within the transaction timeout; False if it would
