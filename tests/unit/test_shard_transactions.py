@@ -136,6 +136,17 @@ def progress_ids(publisher: Publisher) -> list[list[int]]:
     return [json.loads(r.value)["ids"] for r in publisher.sent if r.topic == PROGRESS]
 
 
+async def one_shard(
+    events: Events, commit_error: BaseException
+) -> tuple[ShardTransactions, Publisher]:
+    """Shard 0 under token 1, its producer's commits failing with commit_error."""
+    shards = shard_transactions(events)
+    await shards.ready({0: 1})
+    (publisher,) = Publisher.made
+    publisher.producer.commit_error = commit_error
+    return shards, publisher
+
+
 async def send(
     shards: ShardTransactions, rows: list[ClaimedRow], tokens: dict[int, int]
 ) -> list[Outcome]:
@@ -194,10 +205,7 @@ async def test_a_refused_record_aborts_its_shards_transaction_only(
 async def test_a_commit_without_an_answer_holds_its_rows_until_the_progress_topic_tells(
     progress_topic: dict[int, Progress],
 ) -> None:
-    shards = shard_transactions(Events())
-    await shards.ready({0: 1})
-    (publisher,) = Publisher.made
-    publisher.producer.commit_error = kafka_errors.KafkaTimeoutError()
+    shards, publisher = await one_shard(Events(), kafka_errors.KafkaTimeoutError())
     assert await send(shards, [row(1, 0), row(2, 0)], {0: 1}) == [HELD, HELD]
     # It did commit: the progress topic says so, and the restarted producer reads it.
     progress_topic[0] = Progress(0, 1, (1, 2))
@@ -209,10 +217,7 @@ async def test_a_fenced_shard_is_let_go_and_its_rows_not_charged(
     progress_topic: dict[int, Progress],
 ) -> None:
     events = Events()
-    shards = shard_transactions(events)
-    await shards.ready({0: 1})
-    (publisher,) = Publisher.made
-    publisher.producer.commit_error = kafka_errors.ProducerFenced()
+    shards, _ = await one_shard(events, kafka_errors.ProducerFenced())
     outcomes = await send(shards, [row(1, 0)], {0: 1})
     assert isinstance(outcomes[0], PublishFailed)
     assert outcomes[0].reason is FailureReason.FENCED
@@ -226,10 +231,7 @@ async def test_a_fenced_shard_is_let_go_and_its_rows_not_charged(
 async def test_a_transaction_that_cannot_end_marks_its_shard_stuck(
     progress_topic: dict[int, Progress],
 ) -> None:
-    shards = shard_transactions(Events())
-    await shards.ready({0: 1})
-    (publisher,) = Publisher.made
-    publisher.producer.commit_error = kafka_errors.KafkaTimeoutError()
+    shards, publisher = await one_shard(Events(), kafka_errors.KafkaTimeoutError())
     publisher.stop_hangs = True
     assert await send(shards, [row(1, 0)], {0: 1}) == [HELD]
     assert shards.stuck == {0}
