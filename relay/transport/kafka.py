@@ -42,6 +42,7 @@ from relay.transport.aiokafka_adapter import (
     BatchBuilder,
     TopicDirectory,
     TopicState,
+    quick_transaction_retries,
     record_batch,
 )
 from relay.transport.errors import FailureReason, PublishFailed
@@ -131,6 +132,7 @@ class KafkaPublisher:
                 "transactional_id": self.transactional_id,
                 "transaction_timeout_ms": s.transaction_timeout_ms,
             }
+            quick_transaction_retries()
         return AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
             client_id=s.client_id,

@@ -42,9 +42,15 @@ from relay.transport.records import OutgoingRecord
 log = logging.getLogger("relay.transactions")
 
 CLEANUP_POLICY = "cleanup.policy"
-# Compaction works on closed segments: an hour's segment keeps what a takeover reads from
-# the beginning of the topic small without rolling segments all the time.
-TOPIC_CONFIGS = {CLEANUP_POLICY: "compact", "segment.ms": str(3_600_000)}
+# Compaction works on closed segments only, and a relay writes a record per transaction
+# (tens a second): small segments, rolled every ten minutes and cleaned once a tenth of
+# the log is dirty, keep what a relay reads from the beginning at start-up to a few MiB.
+TOPIC_CONFIGS = {
+    CLEANUP_POLICY: "compact",
+    "segment.ms": str(600_000),
+    "segment.bytes": str(16 * 1024 * 1024),
+    "min.cleanable.dirty.ratio": "0.1",
+}
 PROGRESS_VERSION = 1
 
 

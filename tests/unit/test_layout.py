@@ -97,6 +97,7 @@ AIOKAFKA_INTERNALS = (
     "unauthorized_topics",
     "force_metadata_update",
     "_txn_manager",
+    "BACKOFF_OVERRIDE",
 )
 AIOKAFKA_ADAPTER = "relay/transport/aiokafka_adapter.py"
 
