@@ -12,6 +12,12 @@ claiming and sending overlap; that claim leaves out the keys in flight (KeyOrder
 
 What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
 or (a broken producer; the transport away as a whole) not charged at all.
+
+With kafka_transactions the publisher is a ShardPublisher (relay/transport/transactions.py):
+before each claim the rows Kafka already has and the database has not settled are
+settled (after a takeover, or a settle that failed), the records go in a transaction per
+shard, and a fenced shard is reported lost, nothing charged (docs/design.md, "Exactly
+once into Kafka").
 """
 
 from __future__ import annotations
@@ -327,7 +333,13 @@ class Step:
         except StoreUnavailable as exc:
             # Published but not marked: the rows stay pending and go out again (a
             # duplicate, never a loss); the next claim finds the database's state.
-            log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
+            if self._shards is None:
+                log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
+            else:  # Kafka has them: settled before the next claim (_settle_what_kafka_has)
+                log.warning(
+                    "settle failed; its rows are settled before the next claim",
+                    extra={"error": str(exc)},
+                )
         finally:
             if task.done():  # not when only this wait was cancelled: the settle goes on
                 self._settling = None
