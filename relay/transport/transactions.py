@@ -274,22 +274,28 @@ class ShardTransactions:
         producer = entry.publisher.producer
         try:
             await producer.begin_transaction()
-            outcomes = await entry.publisher.publish(records)
+            progress: list[Progress] = []
+
+            def trailer(submitted: list[int]) -> OutgoingRecord | None:
+                # Its ids are the rows submitted: all of them acked when it commits (any
+                # failure aborts), and those of earlier transactions not yet confirmed.
+                if not submitted:
+                    return None
+                ids = {rows[indexes[k]].id for k in submitted} | entry.unconfirmed
+                progress.append(Progress(shard, entry.token, tuple(sorted(ids))))
+                return progress[0].record(self.progress.topic)
+
+            outcomes = await entry.publisher.publish_then(records, trailer)
+            stored = outcomes.pop() if progress else None
             for outcome in outcomes:
                 if isinstance(outcome, PublishFailed) and outcome.reason is FailureReason.FENCED:
                     # Nothing can end this transaction but the new owner's init.
                     return await self._failed(shard, entry, outcome, len(records))
             failed = any(isinstance(o, PublishFailed) for o in outcomes)
             acked = [rows[i].id for i, o in zip(indexes, outcomes, strict=True) if o is ACKED]
-            if not failed and acked:
-                progress = Progress(shard, entry.token, tuple(sorted({*acked, *entry.unconfirmed})))
-                answer = await entry.publisher.publish([progress.record(self.progress.topic)])
-                if not isinstance(answer[0], Acked):
-                    return await self._abort(
-                        shard,
-                        entry,
-                        [_aborted(f"progress record not stored: {answer[0]}")] * len(records),
-                    )
+            if not failed and acked and not isinstance(stored, Acked):
+                why = f"progress record not stored: {stored}"
+                return await self._abort(shard, entry, [_aborted(why)] * len(records))
             if failed or not acked:
                 # A record refused inside the transaction: only it is charged; the others
                 # are not visible and go again in the next one.

@@ -15,13 +15,19 @@ from typing import Any, cast
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from outbox_core.kafka_security import KafkaSecurity
 from producer_lib import Event, Outbox
 from relay.config import RelaySettings
 from relay.database import make_store
 from relay.errors import StoreUnavailable
 from relay.service import RelayService
 from relay.store import Settled, SettleRequest, Store
+from relay.transport.errors import PublishFailed
+from relay.transport.kafka import KafkaPublisher
+from relay.transport.kafka_settings import KafkaSettings
 from relay.transport.progress import ProgressTopicRefused
+from relay.transport.protocol import ACKED
+from relay.transport.records import OutgoingRecord
 from tests.conftest import TopicFactory
 from tests.integration.test_relay_delivery import emit_orders
 from tests.support.db import Backend
@@ -196,3 +202,36 @@ async def test_a_progress_topic_that_is_not_compacted_is_refused_at_start_up(
     settings = transactional(backend, kafka_bootstrap, kafka_progress_topic=progress)
     with pytest.raises(ProgressTopicRefused, match=r"cleanup\.policy=delete; it must be compact"):
         await asyncio.wait_for(RelayService(settings).run(), 60)
+
+
+@pytest.mark.usefixtures("patient_kafka_lookups")
+async def test_the_progress_record_is_told_only_the_records_submitted(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    """A record refused before sending (an illegal topic name) is not submitted: the
+    trailer (the progress record) is not told of it, and goes out after the others."""
+    topic = await new_topic("orders")
+    trail = await new_topic("trail")
+    publisher = KafkaPublisher(
+        KafkaSettings(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000),
+        KafkaSecurity.plaintext(),
+    )
+    told: list[list[int]] = []
+
+    def trailer(submitted: list[int]) -> OutgoingRecord:
+        told.append(submitted)
+        return OutgoingRecord(trail, b"p", b"progress", [])
+
+    records = [
+        OutgoingRecord("not a topic!", b"a", b"1", []),
+        OutgoingRecord(topic, b"b", b"2", []),
+    ]
+    await publisher.start()
+    try:
+        outcomes = await publisher.publish_then(records, trailer)
+    finally:
+        await publisher.stop()
+    assert told == [[1]]
+    assert isinstance(outcomes[0], PublishFailed)
+    assert outcomes[1:] == [ACKED, ACKED]
+    assert [r.value for r in await read_topic(kafka_bootstrap, trail)] == [b"progress"]
