@@ -35,6 +35,7 @@ from bench.compare.drain import Drain
 from bench.compare.latency import LatencyPoint
 from bench.compare.ours import drain_relay, latency_ours
 from bench.compare.services import Services
+from bench.formats.drains import unsound
 from bench.shared.cli import add_logdir, add_services, check_services, parser, run_guarded
 from bench.shared.procstat import loadavg
 from bench.shared.tables import markdown_table
@@ -155,10 +156,10 @@ async def run(args: argparse.Namespace, run_id: str, logdir: Path) -> int:
     if latency:
         print("\n".join(["Commit to a read_committed consumer:", "", *latency_table(latency), ""]))
     failed = False
-    for variant, runs in drains.items():
-        if any(d.audit is None or d.audit.lost or d.audit.order_violations for d in runs):
-            say(f"FAIL: events lost or reordered in a {variant} drain")
-            failed = True
+    broken = unsound(drains, args.events)
+    if broken:
+        say(f"FAIL: events lost, reordered or unreadable in the drains of {broken}")
+        failed = True
     plain = statistics.median(rate(d) for d in drains["plain"])
     with_tx = statistics.median(rate(d) for d in drains["transactions"])
     if plain and with_tx / plain < args.bar:
