@@ -25,7 +25,7 @@ from relay.store import Settled, SettleRequest, Store
 from relay.transport.errors import PublishFailed
 from relay.transport.kafka import KafkaPublisher
 from relay.transport.kafka_settings import KafkaSettings
-from relay.transport.progress import ProgressTopicRefused
+from relay.transport.progress import Progress, ProgressTopic, ProgressTopicRefused
 from relay.transport.protocol import ACKED
 from relay.transport.records import OutgoingRecord
 from tests.conftest import TopicFactory
@@ -235,3 +235,42 @@ async def test_the_progress_record_is_told_only_the_records_submitted(
     assert isinstance(outcomes[0], PublishFailed)
     assert outcomes[1:] == [ACKED, ACKED]
     assert [r.value for r in await read_topic(kafka_bootstrap, trail)] == [b"progress"]
+
+
+async def test_a_takeover_reads_the_progress_topic_past_another_shards_open_transaction(
+    kafka_bootstrap: str,
+) -> None:
+    """Shard 7's transaction is open on the progress topic when shard 0's commits after
+    it: a reader stopping at the last stable offset would miss shard 0's record. The
+    read goes on to the high watermark, past the open transaction once it ends."""
+    settings = KafkaSettings(
+        bootstrap_servers=kafka_bootstrap,
+        progress_topic=unique_topic_name("progress"),
+        request_timeout_ms=10_000,
+    )
+    topic = ProgressTopic(settings, KafkaSecurity.plaintext())
+    await topic.start()  # creates it, compacted
+    run = uuid.uuid4().hex[:8]
+    still_open = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=f"{run}-7")
+    committed = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=f"{run}-0")
+    await still_open.start()
+    await committed.start()
+    try:
+        await still_open.begin_transaction()
+        seven = Progress(7, 1, (70,)).record(settings.progress_topic)
+        await (await still_open.send(seven.topic, seven.value, key=seven.key))
+        zero = Progress(0, 3, (5, 6)).record(settings.progress_topic)
+        async with committed.transaction():
+            await (await committed.send(zero.topic, zero.value, key=zero.key))
+
+        async def end_later() -> None:
+            await asyncio.sleep(1.0)
+            await still_open.abort_transaction()
+
+        ending = asyncio.create_task(end_later())
+        assert await topic.last([0, 7]) == {0: Progress(0, 3, (5, 6))}  # 7's was aborted
+        await ending
+    finally:
+        await still_open.stop()
+        await committed.stop()
+        await topic.stop()
