@@ -477,10 +477,14 @@ class Step:
             outcomes = await self._publisher.publish(plan.records)
         verdict = self.order.judge(plan, outcomes)
         errors, published = verdict.errors, verdict.published
+        # A transactional shard's producer fenced: the shard has a new owner. (A plain
+        # producer fenced is a broken producer, replaced as any other.)
         fenced = frozenset(
             row.shard
             for row in plan.sending
-            if (e := errors.get(row.id)) is not None and e.reason is FailureReason.FENCED
+            if self._shards is not None
+            and (e := errors.get(row.id)) is not None
+            and e.reason is FailureReason.FENCED
         )
         if fenced:
             # The shard has another owner: its rows are that owner's, nothing is charged.
