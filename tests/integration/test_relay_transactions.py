@@ -20,11 +20,13 @@ from producer_lib import Event, Outbox
 from relay.config import RelaySettings
 from relay.database import make_store
 from relay.errors import StoreUnavailable
+from relay.pipeline.step import Step
 from relay.service import RelayService
 from relay.store import Settled, SettleRequest, Store
-from relay.transport.errors import PublishFailed
+from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher
 from relay.transport.kafka_settings import KafkaSettings
+from relay.transport.memory import MemoryPublisher
 from relay.transport.progress import Progress, ProgressTopic, ProgressTopicRefused
 from relay.transport.protocol import ACKED
 from relay.transport.records import OutgoingRecord
@@ -39,6 +41,7 @@ from tests.support.relay import (
     running_relay,
     wait_drained,
 )
+from tests.support.stores import emit, event, keys_on_shard
 from tests.support.transactions import sync_tx
 from tests.support.waits import until
 
@@ -274,3 +277,25 @@ async def test_a_takeover_reads_the_progress_topic_past_another_shards_open_tran
         await still_open.stop()
         await committed.stop()
         await topic.stop()
+
+
+async def test_a_plain_producer_fenced_is_replaced_and_its_shard_kept(
+    backend: Backend, store: Store
+) -> None:
+    """Without transactions a fenced producer is a broken one: replaced (fatal), its rows
+    not charged, its shard still this relay's (its lease released on shutdown)."""
+    settings = relay_settings(backend, "127.0.0.1:9092", batch_size=20)  # never contacted
+    (key,) = keys_on_shard(3, 1)
+    emit(backend, event(key))
+    publisher = MemoryPublisher(fail=lambda _: PublishFailed(FailureReason.FENCED, "fenced"))
+    token = await store.lease_acquire(3, settings.leases.replica_id, 30)
+    assert token is not None
+    step = Step(settings.batch_rules(), store=store, publisher=publisher)
+    sent = await step.send({3: token})
+    outcome = await step.settled()
+    assert sent is not None
+    assert sent.fatal
+    assert sent.fenced == frozenset()
+    assert outcome is not None
+    assert outcome.lost == frozenset()
+    assert [r[8] for r in backend.fetch("outbox_rows")] == [0]  # not charged
