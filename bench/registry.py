@@ -66,6 +66,12 @@ BENCHES = (
         "relay-record-formats",
     ),
     Bench(
+        "relay_transactions",
+        "How fast does the relay drain with Kafka transactions (kafka_transactions), against "
+        "without?",
+        "relay-kafka-transactions",
+    ),
+    Bench(
         "consumer_throughput",
         "How many events a second does consumer_lib apply, against plain aiokafka consumers?",
         "consumer_lib-apply-throughput",

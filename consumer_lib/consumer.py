@@ -112,7 +112,7 @@ class Consumer:
             client_id=s.client_id,
             enable_auto_commit=False,  # forced: offsets follow the database, never a timer
             auto_offset_reset="earliest",
-            isolation_level="read_committed",
+            isolation_level=s.isolation_level,
             **kafka_options(s),
         )
         dead_letters = self._dead_letters = DeadLetters(

@@ -138,6 +138,12 @@ class ConsumerSettings(FlatSettings):
     unhandled: Literal["skip", "dead_letter"] = Field(
         default="skip", description="A record no handler is registered for: skip or dead_letter."
     )
+    isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
+        default="read_committed",
+        description="What the consumer reads of transactional topics (a relay run with "
+        "kafka_transactions): read_committed reads only committed transactions' records, "
+        "each once; read_uncommitted also reads those of aborted ones (duplicates).",
+    )
     max_concurrent_partitions: Count = Field(
         default=4, description="Partitions applied at the same time."
     )

@@ -18,6 +18,9 @@ from aiokafka import errors as kafka_errors
 
 class KafkaFault(Enum):
     #                    label                retriable
+    # A transactional producer whose id another producer took since (a higher epoch):
+    # this one can commit nothing any more; a new producer under the same id can.
+    FENCED = ("fenced", True)
     # The producer instance is unusable (fenced, closed, out of sequence); a new one works.
     PRODUCER_BROKEN = ("producer_broken", True)
     TOO_LARGE = ("too_large", False)  # the record (or batch) passes a size limit
@@ -46,9 +49,16 @@ class KafkaFault(Enum):
 _FAULTS: tuple[tuple[tuple[type[BaseException], ...], KafkaFault], ...] = (
     (
         (
+            kafka_errors.ProducerFenced,
+            kafka_errors.InvalidProducerEpoch,
+            kafka_errors.TransactionCoordinatorFenced,
+        ),
+        KafkaFault.FENCED,
+    ),
+    (
+        (
             kafka_errors.ProducerClosed,
             kafka_errors.OutOfOrderSequenceNumber,
-            kafka_errors.ProducerFenced,
             kafka_errors.IllegalStateError,
         ),
         KafkaFault.PRODUCER_BROKEN,

@@ -124,6 +124,18 @@ class RelaySettings(FlatSettings):
             if self.kafka.bootstrap_servers is None:
                 raise ValueError("kafka_bootstrap_servers is required with transport=kafka")
             self.kafka_security.check()
+            ttl_ms = self.leases.lease_ttl_s * 1000
+            if self.kafka.transactions and self.kafka.transaction_timeout_ms >= ttl_ms:
+                raise ValueError(
+                    "kafka_transaction_timeout_ms (OUTBOX_KAFKA_TRANSACTION_TIMEOUT_MS) must "
+                    "be below lease_ttl_s (OUTBOX_LEASE_TTL_S): a transaction of a relay "
+                    "paused past its lease must not outlive it"
+                )
+        elif self.kafka.transactions:
+            raise ValueError(
+                "kafka_transactions (OUTBOX_KAFKA_TRANSACTIONS) needs transport=kafka: Redis "
+                "streams have no transactions across streams to make delivery exactly once"
+            )
         elif self.formats.in_use() != {RecordFormat.NATIVE}:
             raise ValueError(
                 "record_format and record_formats (OUTBOX_RECORD_FORMAT, "

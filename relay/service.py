@@ -45,8 +45,9 @@ from relay.pipeline.step import BatchOutcome
 from relay.store import Store
 from relay.transport.errors import PublishFailed, TransportUnavailable
 from relay.transport.kafka import KafkaPublisher
-from relay.transport.protocol import Publisher
+from relay.transport.protocol import Publisher, ShardPublisher
 from relay.transport.redis_streams import RedisStreamPublisher
+from relay.transport.transactions import ShardTransactions, TransactionEvents
 
 log = logging.getLogger("relay")
 
@@ -67,7 +68,7 @@ class RelayService:
         self.supervisor = Supervisor(log)
         self.observer = RelayObserver(s.transport)
         self.producer = PublisherKeeper(
-            publisher or make_publisher(s),
+            publisher or make_publisher(s, self.observer),
             supervisor=self.supervisor,
             observer=self.observer,
             transport=s.transport,
@@ -80,7 +81,9 @@ class RelayService:
                 observer=self.observer,
                 transport=s.transport,
             )
-            if publisher is None and rules.lanes > 1
+            # With kafka_transactions both lanes share the producer of each shard: a
+            # second producer under the shard's transactional id would fence the first.
+            if publisher is None and rules.lanes > 1 and not s.kafka.transactions
             else None
         )
         self.pipeline = Pipeline(
@@ -235,6 +238,13 @@ class RelayService:
         retry_cap_s = self.supervisor.retry_backoff.max_s
         limit = max(3 * self.settings.leases.heartbeat_interval_s, 3 * retry_cap_s)
         ticking = self.supervisor.healthz(limit)
+        publisher = self.publisher
+        if ticking.ok and isinstance(publisher, ShardPublisher) and publisher.stuck:
+            return Probe(
+                False,
+                "kafka transactions that could not be ended (shards "
+                f"{sorted(publisher.stuck)}): read_committed consumers wait behind them",
+            )
         stall_s = self.settings.healthz_stall_s
         stalled = self.observer.stalled(stall_s) if ticking.ok and stall_s else None
         return ticking if stalled is None else Probe(False, stalled)
@@ -278,10 +288,12 @@ class RelayService:
         )
 
 
-def make_publisher(settings: RelaySettings) -> Publisher:
-    """The configured transport's publisher."""
+def make_publisher(settings: RelaySettings, events: TransactionEvents | None = None) -> Publisher:
+    """The configured transport's publisher (events: what Kafka transactions report)."""
     if settings.transport == "redis":
         return RedisStreamPublisher(settings.redis, settings.redis_stream)
+    if settings.kafka.transactions:
+        return ShardTransactions(settings.kafka, _security(settings), events)
     return KafkaPublisher(settings.kafka, _security(settings))
 
 

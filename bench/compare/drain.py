@@ -71,8 +71,10 @@ async def drain_processes(
     start: Callable[[], list[Proc]],
     cap_s: float | None,
     check_outbox: bool,
+    transactional: bool = False,
 ) -> Drain:
-    """Start the contender's processes on the loaded outbox, watch the drain, stop them."""
+    """Start the contender's processes on the loaded outbox, watch the drain, stop them.
+    transactional: the topic is written in Kafka transactions (audited read_committed)."""
     before = loadavg()
     launched = time.time()
     procs = start()
@@ -101,6 +103,7 @@ async def drain_processes(
         ctx.args.partitions,
         ctx.backlog.events,
         url if check_outbox else None,
+        transactional,
     )
     return result
 

@@ -87,9 +87,12 @@ async def offer(
 
 class Receiver:
     """Receive time and append time of every event on the topic, by the seq in its JSON
-    payload."""
+    payload (transactional: read read_committed, so an event counts once its transaction
+    has committed)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, transactional: bool = False
+    ) -> None:
         self.received: dict[int, float] = {}
         self.appended: dict[int, float] = {}
         self._consumer = AIOKafkaConsumer(
@@ -97,6 +100,7 @@ class Receiver:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=50,
+            isolation_level="read_committed" if transactional else "read_uncommitted",
         )
         self._tps = [TopicPartition(topic, p) for p in range(partitions)]
         self._task: asyncio.Task[None] | None = None
@@ -130,9 +134,10 @@ async def offered_loads(
     topic: str,
     ctx: Context,
     proc: Proc,
+    transactional: bool = False,
 ) -> list[LatencyPoint]:
     args = ctx.args
-    receiver = Receiver(ctx.services.bootstrap, topic, args.partitions)
+    receiver = Receiver(ctx.services.bootstrap, topic, args.partitions, transactional)
     await receiver.start()
     points: list[LatencyPoint] = []
     try:

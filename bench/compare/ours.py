@@ -33,22 +33,36 @@ async def drain_relay(
             launch(f"{contender}-r{round_no}-{i}", RELAY, env, ctx.logdir) for i in range(replicas)
         ]
 
+    transactional = (settings or {}).get("OUTBOX_KAFKA_TRANSACTIONS") == "true"
     result = await drain_processes(
-        ctx, contender, url, topic, load_s, start, None, check_outbox=True
+        ctx,
+        contender,
+        url,
+        topic,
+        load_s,
+        start,
+        None,
+        check_outbox=True,
+        transactional=transactional,
     )
     ctx.done_with(url)
     return result
 
 
-async def latency_ours(ctx: Context, contender: str = "ours") -> list[LatencyPoint]:
-    """contender: ours (Postgres) or ours-mariadb."""
+async def latency_ours(
+    ctx: Context, contender: str = "ours", settings: Mapping[str, str] | None = None
+) -> list[LatencyPoint]:
+    """contender: ours (Postgres) or ours-mariadb; settings: as drain_relay's
+    (bench/relay_transactions.py: Kafka transactions, the events then received
+    read_committed)."""
     url, prefix, topic = await ctx.fresh(contender, LATENCY_SUFFIX)
     # A table that has seen traffic: the backlog loaded and analyzed, drained as warm-up.
     ctx.load(url, warm_rows(ctx))
-    env = relay_env(url, ctx.services.bootstrap, prefix)
+    env = {**relay_env(url, ctx.services.bootstrap, prefix), **(settings or {})}
     proc = launch(f"{contender}-latency", RELAY, env, ctx.logdir)
+    transactional = (settings or {}).get("OUTBOX_KAFKA_TRANSACTIONS") == "true"
     try:
-        return await offered_loads(contender, url, topic, ctx, proc)
+        return await offered_loads(contender, url, topic, ctx, proc, transactional)
     finally:
         proc.stop()
         ctx.done_with(url)

@@ -128,6 +128,26 @@ class RelayMetrics:
             "Producers (Kafka producer, Redis client) replaced after a fatal error.",
             registry=r,
         )
+        # kafka_transactions (relay.transport.transactions)
+        self.transactions = Counter(
+            "outbox_relay_kafka_transactions",
+            "Kafka transactions ended, by outcome (committed, aborted: a record refused "
+            "inside it, or its commit failed).",
+            ["outcome"],
+            registry=r,
+        )
+        self.fenced = Counter(
+            "outbox_relay_kafka_fenced",
+            "Shards whose transactional producer another owner fenced (the shard dropped).",
+            registry=r,
+        )
+        self.recovered = Counter(
+            "outbox_relay_recovered_rows",
+            "Rows Kafka already had (read from the progress topic after a takeover or a "
+            "transaction whose end was not known, or whose settle failed), settled before "
+            "a claim instead of sent again.",
+            registry=r,
+        )
         self.pending = Gauge(
             "outbox_relay_pending_rows",
             "Unpublished pending rows (refreshed periodically).",

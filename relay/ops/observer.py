@@ -37,6 +37,10 @@ class RelayStats:
     claims: int = 0  # claims that returned rows
     settles: int = 0
     heartbeats: int = 0
+    transactions_committed: int = 0  # kafka_transactions
+    transactions_aborted: int = 0
+    fenced: int = 0
+    recovered: int = 0  # rows settled from the progress topic
     last_heartbeat_ok: float = 0.0  # monotonic time of the last successful lease round
     transport: str = "kafka"  # the configured transport: kafka or redis
     transport_ok: bool = False  # the producer started and the last batch reached the transport
@@ -140,6 +144,21 @@ class RelayObserver:
     def takeover(self) -> None:
         self.stats.takeovers += 1
         self.metrics.takeovers.inc()
+
+    def transaction_ended(self, committed: bool) -> None:
+        if committed:
+            self.stats.transactions_committed += 1
+        else:
+            self.stats.transactions_aborted += 1
+        self.metrics.transactions.labels(outcome="committed" if committed else "aborted").inc()
+
+    def fenced(self) -> None:
+        self.stats.fenced += 1
+        self.metrics.fenced.inc()
+
+    def recovered(self, rows: int) -> None:
+        self.stats.recovered += rows
+        self.metrics.recovered.inc(rows)
 
     def producer_recreated(self) -> None:
         self.stats.producer_recreations += 1

@@ -35,13 +35,13 @@ from pydantic import Field, model_validator
 
 from outbox_core.settings import SettingsGroup
 from outbox_core.supervisor import Supervisor, Wake
-from relay.errors import PublishingStopped, RelayError, StoreUnavailable
+from relay.errors import PublishingStopped, RelayConfigError, RelayError, StoreUnavailable
 from relay.ops.observer import RelayObserver
 from relay.pipeline.lanes import LaneName, TenantLanes
 from relay.pipeline.step import BatchOutcome, BatchRules, Sent, Step
 from relay.store import Store
 from relay.transport.errors import PublishFailed, TransportUnavailable
-from relay.transport.protocol import Publisher
+from relay.transport.protocol import Publisher, ShardPublisher
 
 log = logging.getLogger("relay.cycle")
 producer_log = logging.getLogger("relay.producer")
@@ -143,7 +143,7 @@ class PublisherKeeper:
         try:
             await self._sup.retry(what, call, retriable)
         except Exception as exc:
-            if self._sup.stopping.is_set() or retriable(exc):
+            if self._sup.stopping.is_set() or retriable(exc) or isinstance(exc, RelayConfigError):
                 raise
             # The replica cannot publish: its leases must go to one that can.
             raise PublishingStopped(f"{what} failed for good: {exc}") from exc
@@ -162,6 +162,12 @@ class PublisherKeeper:
 
     async def stop(self) -> None:
         await self.publisher.stop()
+
+    def forget(self, shard: int) -> None:
+        """The shard's lease is gone: a publisher holding something per shard (a
+        transactional producer) lets it go."""
+        if isinstance(self.publisher, ShardPublisher):
+            self.publisher.forget(shard)
 
 
 @dataclass
@@ -209,6 +215,7 @@ class Pipeline:
         again); the lane has ended."""
         self.rules = rules
         self._store = store
+        self._publisher = publisher
         self._shards = Shards()
         parts = LaneParts(probe, store, publisher, observer, supervisor, on_batch, on_stopped)
         turns = rules.turns
@@ -238,6 +245,7 @@ class Pipeline:
         """The lease is gone: claim no more for it (a settle in flight is fenced)."""
         self._shards.claimed.pop(shard, None)
         self._shards.leaving.pop(shard, None)
+        self._publisher.forget(shard)
 
     async def hand_over(self, shard: int) -> None:
         """Rebalance: claim no more for the shard, let what was sent for it be settled,
@@ -248,6 +256,7 @@ class Pipeline:
         self._shards.leaving[shard] = token
         await self._all_done()
         if self._shards.leaving.pop(shard, None) == token:
+            self._publisher.forget(shard)
             with contextlib.suppress(RelayError):
                 await self._store.lease_release(shard, self.rules.owner, token)
             log.info("lease released for rebalance", extra={"shard": shard})
@@ -366,6 +375,7 @@ class Lane:
             log.warning("fenced write refused: lease lost", extra={"shard": shard})
             if self._shards.claimed.get(shard) == sent.tokens[shard]:
                 del self._shards.claimed[shard]
+                self._publisher.forget(shard)
         if outcome.parked:
             log.warning("rows parked", extra={"count": outcome.parked})
         self._record(outcome)

@@ -12,6 +12,12 @@ claiming and sending overlap; that claim leaves out the keys in flight (KeyOrder
 
 What a failure costs is decided here, from its FailureReason: charged with backoff, parked,
 or (a broken producer; the transport away as a whole) not charged at all.
+
+With kafka_transactions the publisher is a ShardPublisher (relay/transport/transactions.py):
+before each claim the rows Kafka already has and the database has not settled are
+settled (after a takeover, or a settle that failed), the records go in a transaction per
+shard, and a fenced shard is reported lost, nothing charged (docs/design.md, "Exactly
+once into Kafka").
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from relay.store import (
     TenantTurns,
 )
 from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
-from relay.transport.protocol import Publisher
+from relay.transport.protocol import Outcome, Publisher, ShardPublisher
 from relay.transport.records import OutgoingRecord, RecordShape, to_records
 
 log = logging.getLogger("relay.cycle")
@@ -189,6 +195,13 @@ def _bytes_full(rows: list[ClaimedRow], share: int) -> bool:
     return any(used[s] + largest[s] > share for s in used)
 
 
+def _ids_by_shard(rows: Sequence[ClaimedRow]) -> dict[int, list[int]]:
+    by_shard: dict[int, list[int]] = {}
+    for row in rows:
+        by_shard.setdefault(row.shard, []).append(row.id)
+    return by_shard
+
+
 def backoff_s(attempts_before: int, settings: BatchSettings) -> float:
     """The wait of a row that failed after attempts_before earlier failures."""
     return settings.backoff().delay_s(attempts_before)
@@ -219,6 +232,8 @@ class Sent:
     held_back: int
     fatal: bool
     full: bool
+    # kafka_transactions: shards whose producer another owner fenced (their lease moved)
+    fenced: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -264,6 +279,8 @@ class Step:
         self._settling: tuple[Sent, asyncio.Task[BatchOutcome]] | None = None
         self._ahead: _Ahead | None = None  # the next claim, made while acks are awaited
         self._dropped: set[asyncio.Task[list[ClaimedRow]]] = set()  # held until they end
+        # kafka_transactions: the publisher that sends a transaction per shard
+        self._shards = publisher if isinstance(publisher, ShardPublisher) else None
 
     @property
     def settling(self) -> bool:
@@ -316,7 +333,13 @@ class Step:
         except StoreUnavailable as exc:
             # Published but not marked: the rows stay pending and go out again (a
             # duplicate, never a loss); the next claim finds the database's state.
-            log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
+            if self._shards is None:
+                log.warning("settle failed; its rows will be sent again", extra={"error": str(exc)})
+            else:  # Kafka has them: settled before the next claim (_settle_what_kafka_has)
+                log.warning(
+                    "settle failed; its rows are settled before the next claim",
+                    extra={"error": str(exc)},
+                )
         finally:
             if task.done():  # not when only this wait was cancelled: the settle goes on
                 self._settling = None
@@ -405,6 +428,8 @@ class Step:
         settings = rules.batch
         request = self._request(number, tokens, rules, self.order.in_flight, self.order.held_keys)
         share = request.shard_bytes
+        if self._shards is not None:
+            await self._settle_what_kafka_has(self._shards, tokens)
         rows = await self._claimed_ahead(number, tokens, rules)
         if not rows:
             rows = await self._store.claim(request)
@@ -441,11 +466,33 @@ class Step:
         # Only a claim its byte budget cut: its few large records leave the broker idle
         # while their acks come back. A claim full of small rows has every key of the
         # backlog in flight, so a claim beside it would find almost nothing to take.
-        if ahead and cut_by_bytes and plan.records and rules.turns is None:
+        # Not with kafka_transactions: a claim made beside the acks could take rows whose
+        # settle fails meanwhile, which must be settled before any claim sees them.
+        if ahead and cut_by_bytes and plan.records and rules.turns is None and self._shards is None:
             self._claim_ahead(number, tokens, rules, rows)
-        outcomes = await self._publisher.publish(plan.records) if plan.records else []
+        outcomes: list[Outcome] = []
+        if plan.records and self._shards is not None:
+            outcomes = await self._shards.publish_shards(plan.sending, plan.records, tokens)
+        elif plan.records:
+            outcomes = await self._publisher.publish(plan.records)
         verdict = self.order.judge(plan, outcomes)
         errors, published = verdict.errors, verdict.published
+        # A transactional shard's producer fenced: the shard has a new owner. (A plain
+        # producer fenced is a broken producer, replaced as any other.)
+        fenced = frozenset(
+            row.shard
+            for row in plan.sending
+            if self._shards is not None
+            and (e := errors.get(row.id)) is not None
+            and e.reason is FailureReason.FENCED
+        )
+        if fenced:
+            # The shard has another owner: its rows are that owner's, nothing is charged.
+            errors = {
+                row.id: e
+                for row in rows
+                if (e := errors.get(row.id)) is not None and row.shard not in fenced
+            }
         # A broken producer is not the rows' fault: they stay pending, uncharged. When
         # nothing got through and every failure is the transport's, the transport as a
         # whole is away: nothing is charged and the loop backs off. A topic-level error
@@ -464,28 +511,69 @@ class Step:
             failures=[_failure(row, errors[row.id], settings) for row in failed],
             failed=failed,
             held_back=verdict.held_back,
-            fatal=verdict.fatal,
+            # A transactional publisher replaces a shard's broken producer itself.
+            fatal=verdict.fatal and self._shards is None,
             full=full,
+            fenced=fenced,
+        )
+
+    async def _settle_what_kafka_has(
+        self, shards: ShardPublisher, tokens: Mapping[int, int]
+    ) -> None:
+        """kafka_transactions, before a claim: each shard's producer started (fencing its
+        previous owner), then the rows Kafka has and the database does not (read from
+        the progress topic, or whose settle failed) settled, so no claim sends them again."""
+        orphans = await shards.ready(tokens)
+        if not orphans:
+            return
+        rules = self.rules
+        settled = await self._store.settle(
+            SettleRequest(
+                rules.owner,
+                {shard: tokens[shard] for shard in orphans},
+                [i for ids in orphans.values() for i in ids],
+                [],
+                rules.keep,
+                rules.move_max_bytes,
+            )
+        )
+        for shard, ids in orphans.items():
+            if shard not in settled.lost:
+                shards.confirm(shard, ids, recovered=True)
+        log.info(
+            "rows Kafka already has settled before the claim",
+            extra={"rows": sum(map(len, orphans.values())), "shards": sorted(orphans)},
         )
 
     async def _settle(self, sent: Sent) -> BatchOutcome:
         """Mark the published rows and record the failures, fenced per shard."""
         rules = self.rules
         published, failures = sent.published, sent.failures
-        settled = await self._store.settle(
-            SettleRequest(
-                rules.owner,
-                sent.tokens,
-                list(map(_ID, published)),
-                failures,
-                rules.keep,
-                rules.move_max_bytes,
+        try:
+            settled = await self._store.settle(
+                SettleRequest(
+                    rules.owner,
+                    {s: t for s, t in sent.tokens.items() if s not in sent.fenced},
+                    list(map(_ID, published)),
+                    failures,
+                    rules.keep,
+                    rules.move_max_bytes,
+                )
             )
-        )
-        if settled.lost:
+        except StoreUnavailable:
+            if self._shards is not None:
+                for shard, ids in _ids_by_shard(published).items():
+                    self._shards.unsettled(shard, ids)  # settled before the next claim
+            raise
+        lost = settled.lost | sent.fenced
+        if self._shards is not None:
+            for shard, ids in _ids_by_shard(published).items():
+                if shard not in lost:
+                    self._shards.confirm(shard, ids)
+        if lost:
             # Those rows stay pending for the shard's new owner (published again: at least
-            # once).
-            lost = settled.lost
+            # once; with kafka_transactions, the new owner settles them from the progress
+            # topic instead).
             shard_of = {row.id: row.shard for row in sent.rows}
             published = [row for row in published if row.shard not in lost]
             failures = [f for f in failures if shard_of[f.id] not in lost]
@@ -503,7 +591,7 @@ class Step:
             held_back=sent.held_back,
             fatal_producer_error=sent.fatal,
             full=sent.full,
-            lost=settled.lost,
+            lost=lost,
             acked_at=time.time(),
             published_created_at=list(map(_CREATED_AT, published)),
             published_by_topic=dict(Counter(map(attrgetter("topic"), published))),

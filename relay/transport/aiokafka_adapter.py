@@ -17,7 +17,12 @@ trip tells a topic that exists from one that does not, or that this client may n
 The metadata calls it makes (the client's topic set, a forced update, the cluster's
 partitions and unauthorized topics) are aiokafka's client internals.
 
-Everything else (send_batch, the builder's append and close) is aiokafka's public API.
+Transactions. The wait before a transaction's partitions are asked for again, after the
+previous commit's markers were not written yet, is aiokafka's constant
+(`quick_transaction_retries`).
+
+Everything else (send_batch, the builder's append and close, the transaction calls) is
+aiokafka's public API.
 """
 
 from __future__ import annotations
@@ -30,11 +35,18 @@ from enum import Enum
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from outbox_core.kafka_names import legal_topic
 
-__all__ = ["BatchBuilder", "TopicDirectory", "TopicState", "record_batch"]
+__all__ = [
+    "BatchBuilder",
+    "TopicDirectory",
+    "TopicState",
+    "quick_transaction_retries",
+    "record_batch",
+]
 
 log = logging.getLogger("relay.topics")
 
@@ -42,7 +54,26 @@ log = logging.getLogger("relay.topics")
 def record_batch(producer: AIOKafkaProducer, size: int) -> BatchBuilder:
     """An empty record batch of at most `size` bytes, compressed as `producer` compresses."""
     compression: Any = producer._message_accumulator._compression_type
-    return BatchBuilder(size, compression, is_transactional=False)
+    # A transactional producer's batches carry the transactional flag, or the broker
+    # would take them outside the transaction (and read_committed readers at once).
+    txn = producer._txn_manager
+    transactional = txn is not None and txn.transactional_id is not None
+    return BatchBuilder(size, compression, is_transactional=transactional)
+
+
+# A transaction's first AddPartitionsToTxn, sent right after the previous transaction's
+# commit, often meets the coordinator still writing that commit's markers
+# (CONCURRENT_TRANSACTIONS); aiokafka asks again after BACKOFF_OVERRIDE, 20 ms. A relay
+# begins its shard's next transaction at once, so that wait was most of a cycle: measured
+# on the test broker, a transaction of one record and its progress record took 24.6 ms
+# (median) with 20 ms, 9.1 with 5 ms, 3.6 with 2 ms (docs/decisions/0029).
+TRANSACTION_RETRY_S = 0.002
+
+
+def quick_transaction_retries() -> None:
+    """Ask again after TRANSACTION_RETRY_S when a transaction's partitions meet the
+    previous commit still being written (process-wide: aiokafka keeps it as a constant)."""
+    aiokafka_sender.BACKOFF_OVERRIDE = TRANSACTION_RETRY_S
 
 
 class TopicState(Enum):

@@ -40,6 +40,14 @@ class FailureReason(Enum):
     # be too large. They go out again in smaller batches; the refusal put the producer's
     # sequence numbers out of step with the broker's, so it is replaced first.
     BATCH_TOO_LARGE = ("BatchTooLarge", True, False, True, False)
+    # Kafka transactions (kafka_transactions). Another producer took the shard's
+    # transactional id: its lease moved. Nothing of the transaction is visible and the
+    # rows are the new owner's, so they are not charged; the shard is dropped.
+    FENCED = ("Fenced", True, False, True, False)
+    # The shard's transaction was aborted for no fault of these rows: its progress record
+    # was refused. (A commit without an answer is no failure of the rows: they are held,
+    # and the progress topic tells, before the shard's next claim, whether it happened.)
+    TRANSACTION_ABORTED = ("TransactionAborted", True, True, False, False)
 
     def __init__(
         self, label: str, retriable: bool, transport: bool, fatal: bool, charged: bool

@@ -42,6 +42,7 @@ from relay.transport.aiokafka_adapter import (
     BatchBuilder,
     TopicDirectory,
     TopicState,
+    quick_transaction_retries,
     record_batch,
 )
 from relay.transport.errors import FailureReason, PublishFailed
@@ -52,9 +53,13 @@ from relay.transport.topic_limits import FALLBACK_BATCH_BYTES, TopicLimits
 
 log = logging.getLogger("relay.topics")
 
+# publish's trailer: the indexes of the records submitted -> a record to send after them.
+Trailer = Callable[[list[int]], OutgoingRecord | None]
+
 # Each Kafka fault (outbox_core.kafka_faults: the one table of aiokafka's errors) as the
 # relay's reason; every reason's verdict is the fault's, but for TOPIC_DENIED.
 _REASONS: dict[KafkaFault, FailureReason] = {
+    KafkaFault.FENCED: FailureReason.FENCED,
     KafkaFault.PRODUCER_BROKEN: FailureReason.PRODUCER_BROKEN,
     KafkaFault.TOO_LARGE: FailureReason.TOO_LARGE,
     KafkaFault.INVALID_TOPIC: FailureReason.REFUSED,
@@ -102,9 +107,18 @@ _WHY = {
 
 
 class KafkaPublisher:
-    def __init__(self, settings: KafkaSettings, security: KafkaSecurity) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        security: KafkaSecurity,
+        *,
+        transactional_id: str | None = None,
+    ) -> None:
+        """transactional_id: a transactional producer (relay.transport.transactions runs
+        its transactions); its start() is the init that fences the id's previous holder."""
         self._settings = settings
         self._security = security
+        self.transactional_id = transactional_id
         self._producer: AIOKafkaProducer | None = None
         self._topics: TopicDirectory | None = None
         self._limits = TopicLimits(self._make_admin, settings.max_request_size)
@@ -115,6 +129,13 @@ class KafkaPublisher:
 
     def _make(self) -> AIOKafkaProducer:
         s = self._settings
+        transactional: dict[str, Any] = {}
+        if self.transactional_id is not None:
+            transactional = {
+                "transactional_id": self.transactional_id,
+                "transaction_timeout_ms": s.transaction_timeout_ms,
+            }
+            quick_transaction_retries()
         return AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
             client_id=s.client_id,
@@ -124,8 +145,16 @@ class KafkaPublisher:
             linger_ms=s.linger_ms,
             request_timeout_ms=s.request_timeout_ms,
             compression_type=None if s.compression_type == "none" else s.compression_type,
+            **transactional,
             **self._security.client_options(),
         )
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        """The started producer (its transactions are run by relay.transport.transactions)."""
+        if self._producer is None:
+            raise PublishFailed(FailureReason.PRODUCER_BROKEN, "producer is not started")
+        return self._producer
 
     def _make_admin(self) -> AIOKafkaAdminClient:
         s = self._settings
@@ -139,7 +168,23 @@ class KafkaPublisher:
     async def start(self) -> None:
         producer = self._make()
         try:
-            await producer.start()
+            if self.transactional_id is None:
+                await producer.start()
+            else:
+                # aiokafka retries InitProducerId for as long as the broker's transaction
+                # coordinator is not available (a transaction state log that cannot be
+                # created): bounded here, so the refusal is reported.
+                limit_s = self._settings.request_timeout_ms / 1000
+                try:
+                    await asyncio.wait_for(producer.start(), limit_s)
+                except TimeoutError as exc:
+                    raise PublishFailed(
+                        FailureReason.TIMEOUT,
+                        f"the broker did not initialise transactional id "
+                        f"{self.transactional_id} within {limit_s:.0f}s (InitProducerId: "
+                        "is its transaction coordinator available, "
+                        "transaction.state.log.replication.factor at most the brokers?)",
+                    ) from exc
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await producer.stop()
@@ -204,6 +249,16 @@ class KafkaPublisher:
     async def publish(self, records: Sequence[OutgoingRecord]) -> list[Outcome]:
         """One record batch per partition (more when a partition's records exceed the
         topic's limit); every batch is submitted before any ack is awaited."""
+        return await self.publish_then(records, None)
+
+    async def publish_then(
+        self, records: Sequence[OutgoingRecord], trailer: Trailer | None
+    ) -> list[Outcome]:
+        """publish, and then the trailer's record: trailer is called once the batches are
+        submitted, with the indexes of the records submitted (not refused or held before
+        sending), and the record it returns goes in the same round, its outcome after
+        the others' (kafka_transactions: the progress record, which lists exactly the
+        rows submitted)."""
         producer = self._producer
         if producer is None:
             raise PublishFailed(FailureReason.PRODUCER_BROKEN, "producer is not started")
@@ -244,6 +299,11 @@ class KafkaPublisher:
             await self._enqueue_partition(
                 producer, topic, partition, size, items, results, acks, largest
             )
+        if trailer is not None:
+            extra = trailer(sorted(i for _, members in acks for i in members))
+            if extra is not None:
+                results.append(HELD)
+                await self._trail(producer, extra, len(records), results, acks)
         answers = await asyncio.gather(*(ack for ack, _ in acks), return_exceptions=True)
         for (_, members), answer in zip(acks, answers, strict=True):
             if isinstance(answer, asyncio.CancelledError):
@@ -252,6 +312,28 @@ class KafkaPublisher:
             for i in members:
                 results[i] = outcome
         return results
+
+    async def _trail(
+        self,
+        producer: AIOKafkaProducer,
+        record: OutgoingRecord,
+        index: int,
+        results: list[Outcome],
+        acks: list[tuple[asyncio.Future[None], list[int]]],
+    ) -> None:
+        """Submit the trailer record (publish's); HELD while its topic is being looked up."""
+        known = self._partitions({record.topic})[record.topic]
+        if known is None and self._topics is not None:
+            await self._topics.looked(LOOKUP_WAIT_S)
+            known = self._partitions({record.topic})[record.topic]
+        if known is None or isinstance(known, PublishFailed):
+            results[index] = HELD if known is None else known
+            return
+        size, largest = self._sizes(record.topic)
+        partition = known[_key_slot(record.key) % len(known)]
+        await self._enqueue_partition(
+            producer, record.topic, partition, size, [(index, record)], results, acks, largest
+        )
 
     async def _enqueue_partition(
         self,

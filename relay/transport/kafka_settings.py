@@ -7,7 +7,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from outbox_core.kafka_names import TOPIC_RULE, legal_topic
 from outbox_core.settings import SettingsGroup
+
+# Kafka's rule for a transactional id is only "not empty"; the relay's are made of the
+# prefix and a shard number, and kept to characters every ACL tool quotes the same way.
+_TRANSACTIONAL_ID = r"^[A-Za-z0-9._-]{1,200}$"
 
 
 class KafkaSettings(SettingsGroup):
@@ -54,6 +59,47 @@ class KafkaSettings(SettingsGroup):
     compression_type: Literal["none", "gzip"] = Field(
         default="none", description="Record compression."
     )
+    transactions: bool = Field(
+        default=False,
+        description="Exactly once into Kafka: each cycle's records of a shard go in one "
+        "Kafka transaction with a progress record, one transactional producer per held "
+        "shard (docs/design.md, Exactly once). Every consumer of the topics must read "
+        "with isolation.level=read_committed. Kafka transport only.",
+    )
+    transactional_id_prefix: str = Field(
+        default="outbox-relay",
+        pattern=_TRANSACTIONAL_ID,
+        description="With transactions: shard n's producer has the transactional id "
+        "<prefix>-shard-<n>. One prefix per outbox database: two relay fleets sharing one "
+        "would fence each other. Letters, digits, '.', '_', '-'.",
+    )
+    progress_topic: str = Field(
+        default="outbox-relay-progress",
+        description="With transactions: the compacted topic each transaction's progress "
+        "record goes to (which outbox rows it covers), read by a shard's next owner. "
+        "Created at start-up when missing (cleanup.policy=compact); an existing topic "
+        "must be compacted. One per outbox database.",
+    )
+    transaction_timeout_ms: int = Field(
+        default=6000,
+        ge=1000,
+        le=900_000,
+        description="With transactions: the broker aborts a transaction open longer "
+        "(a relay paused mid-send), so read_committed consumers wait at most this long "
+        "behind it. Below lease_ttl_s.",
+    )
+
+    @field_validator("progress_topic")
+    @classmethod
+    def _progress_topic(cls, value: str) -> str:
+        if not legal_topic(value):
+            raise ValueError(f"not a legal Kafka topic name ({TOPIC_RULE})")
+        return value
+
+    def transactional_id(self, shard: int) -> str:
+        """Shard `shard`'s producer's transactional id: the fencing unit is the shard,
+        as the lease is."""
+        return f"{self.transactional_id_prefix}-shard-{shard}"
 
     @field_validator("acks")
     @classmethod

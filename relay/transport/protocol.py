@@ -16,9 +16,10 @@ key failed or was held.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
+from relay.store import ClaimedRow
 from relay.transport.errors import PublishFailed
 from relay.transport.records import OutgoingRecord
 
@@ -60,3 +61,31 @@ class Publisher(Protocol):
         record, in order. Raises PublishFailed only when nothing could be tried at all (the
         producer is not started)."""
         ...
+
+
+@runtime_checkable
+class ShardPublisher(Publisher, Protocol):
+    """A publisher that sends each shard's records in a transaction of its own with the
+    shard's progress (kafka_transactions: relay.transport.transactions). The step asks
+    it, before each claim, for the rows Kafka already has that the database has not
+    settled, and tells it which settles it confirmed."""
+
+    stuck: set[int]  # shards whose last transaction could not be ended
+
+    async def ready(self, tokens: Mapping[int, int]) -> dict[int, list[int]]:
+        """Start what the shards need under these leases; per shard, the ids to settle
+        before claiming."""
+        ...
+
+    async def publish_shards(
+        self,
+        rows: Sequence[ClaimedRow],
+        records: Sequence[OutgoingRecord],
+        tokens: Mapping[int, int],
+    ) -> list[Outcome]: ...
+
+    def confirm(self, shard: int, ids: Sequence[int], *, recovered: bool = False) -> None: ...
+
+    def unsettled(self, shard: int, ids: Sequence[int]) -> None: ...
+
+    def forget(self, shard: int) -> None: ...

@@ -13,7 +13,14 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from relay.transport.aiokafka_adapter import BatchBuilder, TopicDirectory, TopicState, record_batch
+from relay.transport.aiokafka_adapter import (
+    TRANSACTION_RETRY_S,
+    BatchBuilder,
+    TopicDirectory,
+    TopicState,
+    quick_transaction_retries,
+    record_batch,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,3 +113,26 @@ async def test_a_topic_name_kafka_refuses_is_invalid_without_a_lookup() -> None:
     finally:
         await directory.close()
         await producer.stop()
+
+
+async def test_a_transactional_producers_batches_carry_the_transactional_flag() -> None:
+    plain = AIOKafkaProducer(bootstrap_servers="localhost:1")
+    transactional = AIOKafkaProducer(bootstrap_servers="localhost:1", transactional_id="t")
+    for producer, flag in ((plain, False), (transactional, True)):
+        batch = record_batch(producer, 1024)
+        batch.append(timestamp=None, key=b"k", value=b"v", headers=[])
+        assert DefaultRecordBatch(bytes(batch._build())).is_transactional is flag
+
+
+def test_the_wait_after_concurrent_transactions_is_the_constant_the_relay_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aiokafka.producer import sender
+
+    # The handler of AddPartitionsToTxn returns the module's BACKOFF_OVERRIDE, read when
+    # it answers: setting the constant is what changes the wait.
+    source = inspect.getsource(sender.AddPartitionsToTxnHandler.handle_response)
+    assert "return BACKOFF_OVERRIDE" in source
+    monkeypatch.setattr(sender, "BACKOFF_OVERRIDE", sender.BACKOFF_OVERRIDE)
+    quick_transaction_retries()
+    assert sender.BACKOFF_OVERRIDE == TRANSACTION_RETRY_S

@@ -96,6 +96,8 @@ AIOKAFKA_INTERNALS = (
     "client._topics",
     "unauthorized_topics",
     "force_metadata_update",
+    "_txn_manager",
+    "BACKOFF_OVERRIDE",
 )
 AIOKAFKA_ADAPTER = "relay/transport/aiokafka_adapter.py"
 

@@ -1,0 +1,177 @@
+"""The relay's drain with Kafka transactions (kafka_transactions) against without, in the
+same run.
+
+    .venv/bin/python -m bench relay_transactions                         # 3 rounds
+    .venv/bin/python -m bench relay_transactions --events 20000 --rounds 1
+
+bench/compare's template backlog (producer_lib's order events, --events of them over
+--keys keys) is copied and drained by `python -m relay.cli run` (defaults) once plain and
+once with OUTBOX_KAFKA_TRANSACTIONS=true (a transactional id prefix and a progress topic
+of the drain's own) in each round, the order reversed every other round, each into a
+fresh topic, every topic audited whole afterwards (bench/compare's drain and audit).
+
+The rate of both is events over the active window (first record on the topic to the
+outbox empty): a transactional topic's end offsets count each transaction's commit
+markers too, so the window's record count is not used. The audit reads the topic
+read_uncommitted: an aborted transaction's records would count as duplicates there (a
+drain without faults aborts none). Exits 1 when a drain lost or reordered events, or when
+the transactional drain's median is below --bar of the plain one's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.compare.backlog import build_template
+from bench.compare.common import say
+from bench.compare.context import Context
+from bench.compare.drain import Drain
+from bench.compare.latency import LatencyPoint
+from bench.compare.ours import drain_relay, latency_ours
+from bench.compare.services import Services
+from bench.formats.drains import unsound
+from bench.shared.cli import add_logdir, add_services, check_services, parser, run_guarded
+from bench.shared.procstat import loadavg
+from bench.shared.tables import markdown_table
+
+VARIANTS = ("plain", "transactions")
+
+
+def variant_env(variant: str, run_id: str, round_no: int) -> dict[str, str]:
+    if variant == "plain":
+        return {}
+    return {
+        "OUTBOX_KAFKA_TRANSACTIONS": "true",
+        "OUTBOX_KAFKA_TRANSACTIONAL_ID_PREFIX": f"bench-{run_id}-r{round_no}",
+        "OUTBOX_KAFKA_PROGRESS_TOPIC": f"bench-progress-{run_id}-r{round_no}",
+    }
+
+
+def rate(drain: Drain) -> float:
+    """Events per second over the active window (see the module's docstring)."""
+    return drain.events / drain.active_s if drain.active_s > 0 else 0.0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = parser(__doc__)
+    add_services(p)
+    p.add_argument("--events", type=int, default=100_000, help="the drain's backlog")
+    p.add_argument("--rounds", type=int, default=3, help="drains per variant (median reported)")
+    p.add_argument("--keys", type=int, default=1000)
+    p.add_argument("--partitions", type=int, default=4, help="of every private topic")
+    p.add_argument("--bar", type=float, default=0.7, help="transactions / plain, at least")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--latency-rates",
+        type=lambda text: [float(r) for r in text.split(",") if r],
+        default=[500.0, 2000.0],
+        help="offered loads (events/s) of the commit-to-visible part; empty: skip it",
+    )
+    p.add_argument("--latency-seconds", type=float, default=20.0)
+    p.add_argument("--latency-warmup-s", type=float, default=2.0)
+    add_logdir(p)
+    args = p.parse_args(argv)
+    check_services(p, args)
+    if args.events < 1000 or args.rounds < 1 or args.partitions < 1:
+        p.error("--rounds and --partitions must be at least 1, --events 1000")
+    return args
+
+
+def table(drains: dict[str, list[Drain]]) -> list[str]:
+    plain = statistics.median(rate(d) for d in drains["plain"])
+    rows = [["variant", "events/s (median)", "/ plain", "rounds (events/s)", "audit"]]
+    for variant, runs in drains.items():
+        median = statistics.median(rate(d) for d in runs)
+        audits = [d.audit for d in runs]
+        audit = "; ".join(
+            "unread"
+            if a is None
+            else f"{a.distinct:,} distinct, {a.lost} lost, {a.duplicates} dup, "
+            f"{a.order_violations} order"
+            for a in audits
+        )
+        rows.append(
+            [
+                variant,
+                f"{median:,.0f}",
+                f"{median / plain:.2f}" if plain else "-",
+                ", ".join(f"{rate(d):,.0f}" for d in runs),
+                audit,
+            ]
+        )
+    return markdown_table(rows, 1)
+
+
+def latency_table(latency: dict[str, list[LatencyPoint]]) -> list[str]:
+    rows = [["variant", "offered/s", "committed/s", "p50 ms", "p99 ms", "max ms", "missing"]]
+    for variant, points in latency.items():
+        rows += [
+            [
+                variant,
+                f"{p.offered:,.0f}",
+                f"{p.achieved:,.0f}",
+                f"{p.p50_ms:.1f}",
+                f"{p.p99_ms:.1f}",
+                f"{p.max_ms:.1f}",
+                f"{p.missing}",
+            ]
+            for p in points
+        ]
+    return markdown_table(rows, 1)
+
+
+async def run(args: argparse.Namespace, run_id: str, logdir: Path) -> int:
+    say(f"run {run_id}: logs in {logdir}; load average {loadavg()}")
+    services = Services(args.database_url, args.bootstrap, own=False)
+    backlog = build_template(services, run_id, args.events, args.keys, args.seed)
+    ctx = Context(args, services, backlog, run_id, logdir)
+    drains: dict[str, list[Drain]] = {v: [] for v in VARIANTS}
+    latency: dict[str, list[LatencyPoint]] = {}
+    try:
+        for round_no in range(args.rounds):
+            order = list(reversed(VARIANTS)) if round_no % 2 else list(VARIANTS)
+            for variant in order:
+                env = variant_env(variant, run_id, round_no)
+                d = await drain_relay(ctx, variant, round_no, env)
+                drains[variant].append(d)
+                say(
+                    f"drain {variant} (round {round_no + 1}): {rate(d):,.0f} events/s, load {d.loadavg}"
+                )
+        for variant in VARIANTS if args.latency_rates else ():
+            env = variant_env(variant, run_id, args.rounds)
+            latency[variant] = await latency_ours(ctx, variant, env)
+    finally:
+        await ctx.close()
+    print(
+        "\n".join(
+            ["", f"Drains of {args.events:,} events, {args.rounds} rounds:", "", *table(drains), ""]
+        )
+    )
+    if latency:
+        print("\n".join(["Commit to a read_committed consumer:", "", *latency_table(latency), ""]))
+    failed = False
+    broken = unsound(drains, args.events)
+    if broken:
+        say(f"FAIL: events lost, reordered or unreadable in the drains of {broken}")
+        failed = True
+    plain = statistics.median(rate(d) for d in drains["plain"])
+    with_tx = statistics.median(rate(d) for d in drains["transactions"])
+    if plain and with_tx / plain < args.bar:
+        say(f"FAIL: transactions drain {with_tx / plain:.2f} of plain, below {args.bar}")
+        failed = True
+    say(f"load average {loadavg()}; logs of this run: {logdir}")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    run_id = uuid.uuid4().hex[:8]
+    logdir = Path(args.logdir or tempfile.mkdtemp(prefix=f"outbox-bench-tx-{run_id}-"))
+    logdir.mkdir(parents=True, exist_ok=True)
+    return run_guarded("relay_transactions", lambda: asyncio.run(run(args, run_id, logdir)))
