@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from outbox_core.mariadb_pool import session_init
 from producer_lib import Outbox
 from relay.ops import admin
 from relay.store import Failure, Store, TenantTurns
+from tests.support import mariadb
 from tests.support.db import Backend, mariadb_backend
 from tests.support.stores import (
     SHARD_COUNT,
@@ -108,3 +110,16 @@ async def test_hostile_keys_and_tenants_travel_intact(maria: Backend, store: Sto
         fair = TenantTurns(weights={tenant: 3}, skip=frozenset({tenant}))
         rest = await claim(store, shards, 100, "block_key", turns=fair)
         assert sorted(r.tenant or "" for r in rest) == sorted(set(HOSTILE) - {tenant})
+
+
+@pytest.mark.parametrize("replica", ["relay-1", *HOSTILE])
+def test_a_relay_session_carries_its_replica_id(maria: Backend, replica: str) -> None:
+    """The relay's init_command renders the replica id as a string literal the driver
+    escapes: whatever it holds, the session variable names exactly it, and the timeouts
+    beside it still apply."""
+    conn = mariadb.connect(maria.target, init_command=session_init(2.5, 7.0, replica))
+    try:
+        rows = maria.run_on(conn, "relay_session_settings")
+    finally:
+        conn.close()
+    assert rows == [(replica, 3, 7.0)]

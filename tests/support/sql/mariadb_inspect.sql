@@ -228,3 +228,8 @@ KILL CONNECTION %(id)s;
 -- name: session_inserts
 -- INSERT statements this session has run (emit_batch sends one for a whole batch).
 SHOW SESSION STATUS LIKE 'Com_insert';
+
+-- name: relay_session_settings
+-- What the relay's init_command set on a session (outbox_core/mariadb_pool.session_init).
+SELECT @outbox_relay_replica, @@SESSION.innodb_lock_wait_timeout,
+       CAST(@@SESSION.max_statement_time AS DOUBLE);
