@@ -59,7 +59,7 @@ class LeaseSettings(SettingsGroup):
         min_length=1,
         max_length=200,
         description="This replica's name in the lease table (default host-pid-random); on "
-        "MariaDB its sessions also carry it in @outbox_relay_replica, for audit triggers.",
+        "MariaDB its sessions also carry it in @outbox_replica_id, for audit triggers.",
     )
 
     @model_validator(mode="after")

@@ -136,7 +136,7 @@ async def wait_split(
 
 def named_relay_env(backend: Backend, bootstrap: str, name: str, **over: Any) -> dict[str, str]:
     """relay_env with a fixed replica id, also sent as Postgres application_name (audit);
-    on MariaDB the relay's sessions carry it by themselves (@outbox_relay_replica)."""
+    on MariaDB the relay's sessions carry it by themselves (@outbox_replica_id)."""
     env = relay_env(backend, bootstrap, replica_id=name, **over)
     env["PGAPPNAME"] = name
     return env

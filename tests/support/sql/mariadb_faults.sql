@@ -4,7 +4,7 @@
 
 -- The settle audit, as on Postgres: every change a relay makes to an outbox row, with who
 -- made it and who held the row's shard lease at that moment. The relay's sessions carry
--- their replica id in @outbox_relay_replica (session_init_relay); the settle holds the
+-- their replica id in @outbox_replica_id (session_init_relay); the settle holds the
 -- lease row in share mode (lease_check) until it commits, so the owner a trigger reads is
 -- the one its fence checked. One trigger per event: a MariaDB trigger has one. The
 -- settle_audit_install_* blocks run in this order.
@@ -23,14 +23,14 @@ CREATE TABLE test_settle_audit (
 -- name: settle_audit_install_on_update
 CREATE TRIGGER test_settle_audit_update AFTER UPDATE ON outbox_events FOR EACH ROW
 INSERT INTO test_settle_audit (row_id, shard, op, writer, lease_owner, lease_token, at)
-SELECT OLD.id, OLD.shard, 'UPDATE', @outbox_relay_replica, l.owner, l.token, SYSDATE(6)
+SELECT OLD.id, OLD.shard, 'UPDATE', @outbox_replica_id, l.owner, l.token, SYSDATE(6)
 FROM (SELECT 1) AS one
 LEFT JOIN outbox_relay_leases l ON l.shard = OLD.shard;
 
 -- name: settle_audit_install_on_delete
 CREATE TRIGGER test_settle_audit_delete AFTER DELETE ON outbox_events FOR EACH ROW
 INSERT INTO test_settle_audit (row_id, shard, op, writer, lease_owner, lease_token, at)
-SELECT OLD.id, OLD.shard, 'DELETE', @outbox_relay_replica, l.owner, l.token, SYSDATE(6)
+SELECT OLD.id, OLD.shard, 'DELETE', @outbox_replica_id, l.owner, l.token, SYSDATE(6)
 FROM (SELECT 1) AS one
 LEFT JOIN outbox_relay_leases l ON l.shard = OLD.shard;
 

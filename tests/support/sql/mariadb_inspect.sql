@@ -231,5 +231,5 @@ SHOW SESSION STATUS LIKE 'Com_insert';
 
 -- name: relay_session_settings
 -- What the relay's init_command set on a session (outbox_core/mariadb_pool.session_init).
-SELECT @outbox_relay_replica, @@SESSION.innodb_lock_wait_timeout,
+SELECT @outbox_replica_id, @@SESSION.innodb_lock_wait_timeout,
        CAST(@@SESSION.max_statement_time AS DOUBLE);
