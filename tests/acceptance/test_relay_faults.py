@@ -136,42 +136,42 @@ def stop_all(fleet: RelayFleet) -> dict[str, int]:
 
 
 async def test_replicas_rebalance_and_deliver_everything_in_order(
-    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+    db: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
 ) -> None:
     topic = await new_topic("replicas", partitions=4)
 
     def start(name: str) -> None:
-        fleet.start(name, named_relay_env(pg, kafka_bootstrap, name, batch_size=100))
+        fleet.start(name, named_relay_env(db, kafka_bootstrap, name, batch_size=100))
 
     splits: list[dict[str | None, int]] = []
-    with Writers(pg, topic, threads=2, keys=100, seed=1, pause_between_s=0.02) as writers:
+    with Writers(db, topic, threads=2, keys=100, seed=1, pause_between_s=0.02) as writers:
         start("r1")
-        splits.append((await wait_split(pg, ["r1"])).split())
+        splits.append((await wait_split(db, ["r1"])).split())
         await writers.wait_committed(200)
         start("r2")
         start("r3")
-        three = await wait_split(pg, ["r1", "r2", "r3"])
+        three = await wait_split(db, ["r1", "r2", "r3"])
         splits.append(three.split())
-        await publishing(pg, ["r1", "r2", "r3"], writers)
+        await publishing(db, ["r1", "r2", "r3"], writers)
         assert fleet.procs["r2"].terminate(60) == 0, fleet.procs["r2"].log()
-        two = await wait_split(pg, ["r1", "r3"])
+        two = await wait_split(db, ["r1", "r3"])
         splits.append(two.split())
         moved = [s for s, o in three.owners.items() if o == "r2"]
         # r2's shards were released and taken over: a new token on each.
         assert all(two.tokens[s] > three.tokens[s] for s in moved), (three.tokens, two.tokens)
         start("r4")
-        splits.append((await wait_split(pg, ["r1", "r3", "r4"])).split())
-        await publishing(pg, ["r1", "r3", "r4"], writers)
+        splits.append((await wait_split(db, ["r1", "r3", "r4"])).split())
+        await publishing(db, ["r1", "r3", "r4"], writers)
         log = writers.stop()
-    await wait_drained(pg, 60)
+    await wait_drained(db, 60)
     stop_all(fleet)
 
     verdict = await judge_log(kafka_bootstrap, topic, log)
     assert len(log.committed) > 1000, "too little traffic to prove anything"
     assert log.rolled_back, "no transaction rolled back"
-    assert_clean(delivery_problems(verdict, log), pg, fleet)
+    assert_clean(delivery_problems(verdict, log), db, fleet)
     # Every replica worked shards during the run, as the lease table said.
-    assert set(settled_by(pg)) == {"r1", "r2", "r3", "r4"}, settled_by(pg)
+    assert set(settled_by(db)) == {"r1", "r2", "r3", "r4"}, settled_by(db)
     # Graceful hand-overs finish the batch before releasing: duplicates only after a lost lease.
     if verdict.duplicates:
         assert "lease lost" in fleet.logs(), f"{verdict.duplicates} duplicates without a lost lease"
