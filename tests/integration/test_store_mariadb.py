@@ -5,6 +5,7 @@ tenant names) read back exactly, whatever characters they hold."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.support.stores import (
     opened_store,
     settle,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +125,36 @@ def test_a_relay_session_carries_its_replica_id(maria: Backend, replica: str) ->
     finally:
         conn.close()
     assert rows == [(replica, 3, 7.0)]
+
+
+async def test_a_settle_and_its_relays_renewal_lock_the_lease_rows_in_one_order(
+    maria: Backend, store: Store
+) -> None:
+    """The settle's fence locks its lease rows one statement at a time and the renewal
+    locks the same rows in one statement: taken in two orders they deadlock (1213), and
+    the settle, the smaller transaction, is rolled back: its batch is sent again. A
+    session holding the middle row lines both up behind it, the settle first, whatever
+    order the relay's held shards come in."""
+    shards = [4, 8, 12]
+    held: dict[int, int] = {}
+    for shard in reversed(shards):  # an order a relay may have taken them in
+        token = await store.lease_acquire(shard, OWNER, 30)
+        assert token is not None
+        held[shard] = token
+    blocker = maria.connect()
+    try:
+        maria.run_on(blocker, "lease_row_hold", {"shard": 8})
+        waiting = asyncio.create_task(settle(store, OWNER, held, [], [], False))
+        await until(
+            lambda: maria.scalar("lock_waits") == 1, 10, "the settle to wait", blocking=True
+        )
+        renewing = asyncio.create_task(store.lease_renew(OWNER, held, 30))
+        await until(
+            lambda: maria.scalar("lock_waits") == 2, 10, "the renewal to wait", blocking=True
+        )
+    finally:
+        blocker.commit()
+        blocker.close()
+    settled, renewed = await asyncio.gather(waiting, renewing)
+    assert settled.lost == frozenset()
+    assert renewed == set(shards)
