@@ -237,9 +237,3 @@ SELECT @outbox_replica_id, @@SESSION.innodb_lock_wait_timeout,
 -- name: lease_row_hold
 -- Another session holding a lease row (run in a transaction): whoever locks it next waits.
 SELECT shard FROM outbox_relay_leases WHERE shard = %(shard)s FOR UPDATE;
-
--- name: lock_waits
--- Transactions of this database's sessions waiting for a lock (the server is shared).
-SELECT count(*) FROM information_schema.innodb_trx t
-JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE();
