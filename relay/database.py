@@ -137,8 +137,9 @@ class DatabaseSettings(SettingsGroup):
         le=MAX_TIMEOUT_S,
         allow_inf_nan=False,
         description="Postgres: lock_timeout of the relay's connections (MariaDB: "
-        "innodb_lock_wait_timeout, rounded up to whole seconds); a statement waiting "
-        "longer for a lock someone else holds fails and is retried. At most "
+        "innodb_lock_wait_timeout, rounded up to whole seconds, and idle_transaction_timeout: "
+        "a relay stopped inside a transaction holds its locks no longer); a statement "
+        "waiting longer for a lock someone else holds fails and is retried. At most "
         "database_statement_timeout_s.",
     )
     database_keepalives_idle_s: int = Field(

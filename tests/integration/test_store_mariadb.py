@@ -10,9 +10,14 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from outbox_core.mariadb_pool import session_init
+from outbox_core.queries import query
 from producer_lib import Outbox
+from relay.database import DatabaseSettings
+from relay.database import make_store as make_sql_store
+from relay.errors import StoreUnavailable
 from relay.ops import admin
 from relay.store import Failure, Store, TenantTurns
 from tests.support import mariadb
@@ -118,13 +123,13 @@ async def test_hostile_keys_and_tenants_travel_intact(maria: Backend, store: Sto
 def test_a_relay_session_carries_its_replica_id(maria: Backend, replica: str) -> None:
     """The relay's init_command renders the replica id as a string literal the driver
     escapes: whatever it holds, the session variable names exactly it, and the timeouts
-    beside it still apply."""
+    beside it (a lock wait's also bounding an idle transaction) still apply."""
     conn = mariadb.connect(maria.target, init_command=session_init(2.5, 7.0, replica))
     try:
         rows = maria.run_on(conn, "relay_session_settings")
     finally:
         conn.close()
-    assert rows == [(replica, 3, 7.0)]
+    assert rows == [(replica, 3, 3, 7.0)]
 
 
 async def test_a_settle_and_its_relays_renewal_lock_the_lease_rows_in_one_order(
@@ -158,3 +163,37 @@ async def test_a_settle_and_its_relays_renewal_lock_the_lease_rows_in_one_order(
     settled, renewed = await asyncio.gather(waiting, renewing)
     assert settled.lost == frozenset()
     assert renewed == set(shards)
+
+
+async def test_a_relay_stopped_inside_its_settle_holds_no_shard_past_a_lock_wait(
+    maria: Backend,
+) -> None:
+    """A relay paused (SIGSTOP) between two statements of its settle keeps the transaction
+    open, with its lease rows locked in share mode: the takeover, after the lease expired,
+    would wait for them for as long as the pause lasts. The relay's sessions end a
+    transaction left idle for a lock wait's length, so the takeover gets the shard."""
+    settings = DatabaseSettings(database_url=SecretStr(maria.url), database_lock_timeout_s=1.0)
+    stopped = mariadb.connect(maria.target, init_command=session_init(1.0, 30.0, "relay-1"))
+    store = make_sql_store(settings)
+    await store.open()
+    try:
+        token = await store.lease_acquire(SHARD, "relay-1", 30)
+        maria.execute("leases_lapse")  # relay-1's lease expires during the pause
+        stopped.begin()
+        with stopped.cursor() as fence:  # the settle's first statement, then the pause
+            fence.execute(
+                query("mariadb", "lease_check"),
+                {"shard": SHARD, "owner": "relay-1", "token": token},
+            )
+            assert fence.fetchall() == ((1,),)
+
+        async def taken() -> int | None:
+            try:
+                return await store.lease_acquire(SHARD, "relay-2", 30)
+            except StoreUnavailable:  # a lock wait that timed out: the next round tries again
+                return None
+
+        assert await until(taken, 10, "relay-2 to take the shard over") == (token or 0) + 1
+    finally:
+        await store.close()
+        stopped.close()

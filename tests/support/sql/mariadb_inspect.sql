@@ -232,7 +232,7 @@ SHOW SESSION STATUS LIKE 'Com_insert';
 -- name: relay_session_settings
 -- What the relay's init_command set on a session (outbox_core/mariadb_pool.session_init).
 SELECT @outbox_replica_id, @@SESSION.innodb_lock_wait_timeout,
-       CAST(@@SESSION.max_statement_time AS DOUBLE);
+       @@SESSION.idle_transaction_timeout, CAST(@@SESSION.max_statement_time AS DOUBLE);
 
 -- name: lease_row_hold
 -- Another session holding a lease row (run in a transaction): whoever locks it next waits.
