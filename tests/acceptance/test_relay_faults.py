@@ -277,8 +277,8 @@ async def test_sigkill_at_random_points_loses_nothing(
     # repeat a few rows; those in the first cycles after a takeover repeat the backlog
     # that built up while the dead relay's leases expired. Postgres drains that backlog
     # in a few statements, so its kills repeat about one batch all told; MariaDB's cycle
-    # (a claim per shard, a settle in steps) keeps the backlog in flight for longer (in
-    # 8 kills here, 40 to 70 rows a kill), so it is held to the hard bound.
+    # (a claim per shard, a settle in steps) keeps the backlog in flight for longer (40
+    # to 70 rows a kill over 8 kills on a loaded 2-core machine): the hard bound.
     most = kills * batch_size if db.dialect == "postgres" else kills * 2 * 16 * batch_size
     assert verdict.duplicates <= most, (verdict.duplicates, kills, batch_size)
     print(
@@ -368,7 +368,8 @@ async def test_paused_relay_is_fenced_after_takeover(
 class Chaos:
     """Three relay slots under random SIGKILLs and pauses. A killed relay is replaced by a
     new replica (a new name); a paused one (a zombie) is resumed after its lease expired,
-    and must find its shards taken over and its stale settles refused."""
+    by when another relay has usually taken its shards over, and the fence refuses its
+    stale settles."""
 
     db: Backend
     bootstrap: str
