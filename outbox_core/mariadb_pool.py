@@ -26,15 +26,17 @@ from outbox_core.queries import query
 RECONNECT_PAUSE_S = 1.0
 
 
-def session_init(lock_wait_s: float, statement_s: float) -> str:
+def session_init(lock_wait_s: float, statement_s: float, replica: str | None = None) -> str:
     """The init_command of the relay's connections (one statement, run by the driver
-    before anything else, so it takes no parameters: the numbers are rendered here)."""
+    before anything else, so it takes no parameters: the values are rendered here, the
+    replica id as an escaped string literal)."""
     from pymysql.converters import escape_item
 
     params = {
         # innodb_lock_wait_timeout counts whole seconds, 1 at least.
         "lock_wait_s": max(1, math.ceil(lock_wait_s)),
         "statement_s": float(statement_s),
+        "replica": replica,
     }
     rendered = {name: escape_item(value, "utf8mb4") for name, value in params.items()}
     sql: str = query("mariadb", "session_init_relay") % rendered

@@ -137,8 +137,9 @@ class DatabaseSettings(SettingsGroup):
         le=MAX_TIMEOUT_S,
         allow_inf_nan=False,
         description="Postgres: lock_timeout of the relay's connections (MariaDB: "
-        "innodb_lock_wait_timeout, rounded up to whole seconds); a statement waiting "
-        "longer for a lock someone else holds fails and is retried. At most "
+        "innodb_lock_wait_timeout, rounded up to whole seconds, and idle_transaction_timeout: "
+        "a relay stopped inside a transaction holds its locks no longer); a statement "
+        "waiting longer for a lock someone else holds fails and is retried. At most "
         "database_statement_timeout_s.",
     )
     database_keepalives_idle_s: int = Field(
@@ -264,8 +265,9 @@ def read_url_file(path: str) -> str:
         raise ValueError(f"cannot read the database URL file {path}: {exc.strerror}") from None
 
 
-def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
-    """lanes: the pipeline's lanes (pipeline/loop.py); each gets work connections of its own."""
+def make_store(settings: DatabaseSettings, lanes: int = 1, replica: str | None = None) -> SqlStore:
+    """lanes: the pipeline's lanes (pipeline/loop.py); each gets work connections of its own.
+    replica: the replica id a MariaDB session carries (session_init)."""
     db = settings.url
     if db.dialect == "sqlite":
         return SqlStore(
@@ -275,11 +277,11 @@ def make_store(settings: DatabaseSettings, lanes: int = 1) -> SqlStore:
         )
     if db.dialect not in ("postgres", "mariadb"):
         raise unsupported(db.dialect, "the relay")
-    pools = {role: _pool(settings, role, lanes) for role in POOL_ROLES}
+    pools = {role: _pool(settings, role, lanes, replica) for role in POOL_ROLES}
     return SqlStore(pools["work"], pools["control"], pools["side"])
 
 
-def _pool(settings: DatabaseSettings, role: PoolRole, lanes: int) -> AsyncPool:
+def _pool(settings: DatabaseSettings, role: PoolRole, lanes: int, replica: str | None) -> AsyncPool:
     db, side = settings.url, role == "side"
     size = {"work": WORK_CONNECTIONS * lanes, "control": CONTROL_CONNECTIONS}.get(
         role, SIDE_CONNECTIONS
@@ -288,7 +290,9 @@ def _pool(settings: DatabaseSettings, role: PoolRole, lanes: int) -> AsyncPool:
     if db.dialect == "mariadb":
         # The timeouts as the server's own: a lock wait ends with a retriable error after
         # database_lock_timeout_s, a statement after its pool's timeout (max_statement_time).
-        init = session_init(settings.database_lock_timeout_s, settings.statement_timeout_s(side))
+        init = session_init(
+            settings.database_lock_timeout_s, settings.statement_timeout_s(side), replica
+        )
         return MariadbPool(
             db.url,
             max_size=size,

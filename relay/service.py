@@ -64,7 +64,7 @@ class RelayService:
         self.settings = settings
         s = settings
         rules = s.batch_rules()
-        self.store = store or make_store(s.database, lanes=rules.lanes)
+        self.store = store or make_store(s.database, lanes=rules.lanes, replica=s.leases.replica_id)
         self.supervisor = Supervisor(log)
         self.observer = RelayObserver(s.transport)
         self.producer = PublisherKeeper(

@@ -58,7 +58,8 @@ class LeaseSettings(SettingsGroup):
         default_factory=default_replica_id,
         min_length=1,
         max_length=200,
-        description="This replica's name in the lease table (default host-pid-random).",
+        description="This replica's name in the lease table (default host-pid-random); on "
+        "MariaDB its sessions also carry it in @outbox_replica_id, for audit triggers.",
     )
 
     @model_validator(mode="after")

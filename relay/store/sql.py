@@ -58,9 +58,12 @@ def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep
 
 def _held_shards(fence: dict[str, Any]) -> Plan:
     """The fence of a settle in steps: the shards whose lease row still carries our token
-    (lease_check, which on MariaDB also locks the row until the settle commits)."""
+    (lease_check, which on MariaDB also locks the row until the settle commits). The rows
+    are locked in ascending shard order, the order lease_renew's scan locks them in: in
+    any other, a settle and its own relay's renewal could each hold a row the other
+    waits for, and the deadlock's victim (the settle) has its batch sent again."""
     held = []
-    for shard, token in zip(fence["shards"], fence["tokens"], strict=True):
+    for shard, token in sorted(zip(fence["shards"], fence["tokens"], strict=True)):
         check = {"shard": shard, "owner": fence["owner"], "token": token}
         if (yield Statement("lease_check", check))[0][0]:
             held.append(shard)
@@ -448,10 +451,11 @@ class SqlStore:
         if not held:
             return set()
         c = self._codec
+        ordered = sorted(held.items())  # ascending, as a settle's fence locks them
         params = {
             "owner": owner,
-            "shards": c.array(list(held)),
-            "tokens": c.array(list(held.values())),
+            "shards": c.array([shard for shard, _ in ordered]),
+            "tokens": c.array([token for _, token in ordered]),
             "ttl_s": c.seconds(ttl_s),
         }
         rows: Rows = await self._plan(

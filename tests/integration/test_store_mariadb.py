@@ -5,14 +5,22 @@ tenant names) read back exactly, whatever characters they hold."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
+from outbox_core.mariadb_pool import session_init
+from outbox_core.queries import query
 from producer_lib import Outbox
+from relay.database import DatabaseSettings
+from relay.database import make_store as make_sql_store
+from relay.errors import StoreUnavailable
 from relay.ops import admin
 from relay.store import Failure, Store, TenantTurns
+from tests.support import mariadb
 from tests.support.db import Backend, mariadb_backend
 from tests.support.stores import (
     SHARD_COUNT,
@@ -24,6 +32,7 @@ from tests.support.stores import (
     opened_store,
     settle,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +117,83 @@ async def test_hostile_keys_and_tenants_travel_intact(maria: Backend, store: Sto
         fair = TenantTurns(weights={tenant: 3}, skip=frozenset({tenant}))
         rest = await claim(store, shards, 100, "block_key", turns=fair)
         assert sorted(r.tenant or "" for r in rest) == sorted(set(HOSTILE) - {tenant})
+
+
+@pytest.mark.parametrize("replica", ["relay-1", *HOSTILE])
+def test_a_relay_session_carries_its_replica_id(maria: Backend, replica: str) -> None:
+    """The relay's init_command renders the replica id as a string literal the driver
+    escapes: whatever it holds, the session variable names exactly it, and the timeouts
+    beside it (a lock wait's also bounding an idle transaction) still apply."""
+    conn = mariadb.connect(maria.target, init_command=session_init(2.5, 7.0, replica))
+    try:
+        rows = maria.run_on(conn, "relay_session_settings")
+    finally:
+        conn.close()
+    assert rows == [(replica, 3, 3, 7.0)]
+
+
+async def test_a_settle_and_its_relays_renewal_lock_the_lease_rows_in_one_order(
+    maria: Backend, store: Store
+) -> None:
+    """The settle's fence locks its lease rows one statement at a time and the renewal
+    locks the same rows in one statement: taken in two orders they deadlock (1213), and
+    the settle, the smaller transaction, is rolled back: its batch is sent again. A
+    session holding the middle row lines both up behind it, the settle first, whatever
+    order the relay's held shards come in."""
+    shards = [4, 8, 12]
+    held: dict[int, int] = {}
+    for shard in reversed(shards):  # an order a relay may have taken them in
+        token = await store.lease_acquire(shard, OWNER, 30)
+        assert token is not None
+        held[shard] = token
+    blocker = maria.connect()
+    try:
+        maria.run_on(blocker, "lease_row_hold", {"shard": 8})
+        waiting = asyncio.create_task(settle(store, OWNER, held, [], [], False))
+        await until(
+            lambda: maria.scalar("lock_waiters") == 1, 10, "the settle to wait", blocking=True
+        )
+        renewing = asyncio.create_task(store.lease_renew(OWNER, held, 30))
+        await until(
+            lambda: maria.scalar("lock_waiters") == 2, 10, "the renewal to wait", blocking=True
+        )
+    finally:
+        blocker.commit()
+        blocker.close()
+    settled, renewed = await asyncio.gather(waiting, renewing)
+    assert settled.lost == frozenset()
+    assert renewed == set(shards)
+
+
+async def test_a_relay_stopped_inside_its_settle_holds_no_shard_past_a_lock_wait(
+    maria: Backend,
+) -> None:
+    """A relay paused (SIGSTOP) between two statements of its settle keeps the transaction
+    open, with its lease rows locked in share mode: the takeover, after the lease expired,
+    would wait for them for as long as the pause lasts. The relay's sessions end a
+    transaction left idle for a lock wait's length, so the takeover gets the shard."""
+    settings = DatabaseSettings(database_url=SecretStr(maria.url), database_lock_timeout_s=1.0)
+    stopped = mariadb.connect(maria.target, init_command=session_init(1.0, 30.0, "relay-1"))
+    store = make_sql_store(settings)
+    await store.open()
+    try:
+        token = await store.lease_acquire(SHARD, "relay-1", 30)
+        maria.execute("leases_lapse")  # relay-1's lease expires during the pause
+        stopped.begin()
+        with stopped.cursor() as fence:  # the settle's first statement, then the pause
+            fence.execute(
+                query("mariadb", "lease_check"),
+                {"shard": SHARD, "owner": "relay-1", "token": token},
+            )
+            assert fence.fetchall() == ((1,),)
+
+        async def taken() -> int | None:
+            try:
+                return await store.lease_acquire(SHARD, "relay-2", 30)
+            except StoreUnavailable:  # a lock wait that timed out: the next round tries again
+                return None
+
+        assert await until(taken, 10, "relay-2 to take the shard over") == (token or 0) + 1
+    finally:
+        await store.close()
+        stopped.close()

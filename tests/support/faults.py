@@ -1,5 +1,6 @@
 """Fault-injection helpers: writers that remember what committed, a fleet of relay
-processes, a settle audit, lease views, service restarts and bounded waits.
+processes, a settle audit, lease views, service restarts and bounded waits, on Postgres
+and on MariaDB (the Backend given says which).
 
 Every loop here is bounded in time (and the writers in count): a test that waits for
 something that never happens fails with a message instead of hanging.
@@ -18,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pymysql  # type: ignore[import-untyped, import-not-found, unused-ignore]
+import sqlalchemy
+import sqlalchemy.exc
+from sqlalchemy.pool import NullPool
 
 from outbox_core.queries import parse_blocks
 from producer_lib import Event, Outbox, OutboxError
@@ -27,7 +32,20 @@ from tests.support.relay import RelayProcess, Verdict, judge, relay_env
 from tests.support.services import services
 from tests.support.waits import until
 
-FAULTS_SQL = parse_blocks((Path(__file__).parent / "sql" / "faults.sql").read_text(), "faults.sql")
+
+def _load(name: str) -> dict[str, str]:
+    return parse_blocks((Path(__file__).parent / "sql" / name).read_text(), name)
+
+
+FAULTS_SQL = _load("faults.sql")
+MARIADB_FAULTS_SQL = _load("mariadb_faults.sql")
+
+
+def faults_sql(backend: Backend, name: str) -> str:
+    """The named block in the backend's dialect: MariaDB's twin where it has one."""
+    if backend.dialect == "mariadb" and name in MARIADB_FAULTS_SQL:
+        return MARIADB_FAULTS_SQL[name]
+    return FAULTS_SQL[name]
 
 
 # --------------------------------------------------------------------------- database reads
@@ -36,13 +54,7 @@ FAULTS_SQL = parse_blocks((Path(__file__).parent / "sql" / "faults.sql").read_te
 def fetch(
     backend: Backend, name: str, params: dict[str, Any] | None = None
 ) -> list[tuple[Any, ...]]:
-    conn = backend.connect()
-    try:
-        rows = conn.execute(FAULTS_SQL[name], params or {}).fetchall()
-        conn.commit()
-        return [tuple(r) for r in rows]
-    finally:
-        conn.close()
+    return backend.run(faults_sql(backend, name), params)
 
 
 def scalar(backend: Backend, name: str) -> Any:
@@ -50,6 +62,12 @@ def scalar(backend: Backend, name: str) -> Any:
 
 
 def install_settle_audit(backend: Backend) -> None:
+    if backend.dialect == "mariadb":
+        for name, sql in MARIADB_FAULTS_SQL.items():
+            if name.startswith("settle_audit_install"):
+                backend.run(sql)
+        return
+    # Several statements in one: psycopg sends them so only without parameters.
     with psycopg.connect(backend.target, autocommit=True) as conn:
         conn.execute(FAULTS_SQL["settle_audit_install"])
 
@@ -117,7 +135,8 @@ async def wait_split(
 
 
 def named_relay_env(backend: Backend, bootstrap: str, name: str, **over: Any) -> dict[str, str]:
-    """relay_env with a fixed replica id, also sent as Postgres application_name (audit)."""
+    """relay_env with a fixed replica id, also sent as Postgres application_name (audit);
+    on MariaDB the relay's sessions carry it by themselves (@outbox_replica_id)."""
     env = relay_env(backend, bootstrap, replica_id=name, **over)
     env["PGAPPNAME"] = name
     return env
@@ -199,8 +218,44 @@ async def judge_log(bootstrap: str, topic: str, log: WriteLog) -> Verdict:
     return judge(records, log.expected_order(delivered))
 
 
+# What a writer survives: the database going away, on either driver.
+WRITE_ERRORS = (psycopg.Error, pymysql.err.Error, sqlalchemy.exc.SQLAlchemyError, OutboxError)
+
+
+class WriterDatabase:
+    """How a writer thread talks to the backend: psycopg on Postgres; on MariaDB a
+    SQLAlchemy Connection on PyMySQL (what an application using SQLAlchemy hands emit)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.row_ids_sql = faults_sql(backend, "event_row_ids")
+        self.engine: sqlalchemy.Engine | None = None
+        if backend.dialect == "mariadb":
+            # NullPool: a connection closed after an error is gone, never handed out again.
+            self.engine = sqlalchemy.create_engine(
+                backend.sqlalchemy_url, poolclass=NullPool, connect_args={"connect_timeout": 5}
+            )
+
+    def connect(self) -> Any:
+        if self.engine is not None:
+            return self.engine.connect()
+        return psycopg.connect(self.backend.target, connect_timeout=5)
+
+    def row_ids(self, conn: Any, ids: list[Any]) -> dict[str, tuple[int, str]]:
+        """event_id -> (row id, key) of the events just emitted on conn."""
+        if self.engine is not None:
+            rows = conn.exec_driver_sql(self.row_ids_sql, {"ids": tuple(map(str, ids))}).all()
+        else:
+            rows = conn.execute(self.row_ids_sql, {"ids": ids}).fetchall()
+        return {str(e): (int(i), str(k)) for i, e, k in rows}
+
+    def dispose(self) -> None:
+        if self.engine is not None:
+            self.engine.dispose()
+
+
 class Writers:
-    """Threads committing outbox events on Postgres until stopped (or max_events, max_seconds).
+    """Threads committing outbox events until stopped (or max_events, max_seconds).
 
     Each transaction emits 1..n events over `keys` keys, reads back their row ids, may
     sleep before COMMIT (out-of-order commits) and rolls back with rollback_rate. Database
@@ -223,7 +278,7 @@ class Writers:
         max_seconds: float = 600.0,
         seed: int = 0,
     ) -> None:
-        self.backend = backend
+        self.db = WriterDatabase(backend)
         self.topic = topic
         self.keys = keys
         self.events_per_tx = events_per_tx
@@ -266,6 +321,7 @@ class Writers:
             alive = [t.name for t in self._threads if t.is_alive()]
             if alive:
                 raise AssertionError(f"writer threads did not stop: {alive}")
+        self.db.dispose()
         if self._failures:
             raise AssertionError(f"a writer failed: {self._failures[0]!r}") from self._failures[0]
         return self.log
@@ -298,8 +354,7 @@ class Writers:
     def _loop(self, rng: random.Random) -> None:
         outbox = Outbox()
         deadline = time.monotonic() + self.max_seconds
-        conn: psycopg.Connection[Any] | None = None
-        sql_ids = FAULTS_SQL["event_row_ids"]
+        conn: Any = None
         try:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 with self._lock:
@@ -322,10 +377,8 @@ class Writers:
                 found: dict[str, tuple[int, str]] = {}
                 try:
                     if conn is None:
-                        conn = psycopg.connect(self.backend.target, connect_timeout=5)
-                    ids = outbox.emit_batch(conn, events)
-                    rows = conn.execute(sql_ids, {"ids": ids}).fetchall()
-                    found = {str(e): (int(i), str(k)) for i, e, k in rows}
+                        conn = self.db.connect()
+                    found = self.db.row_ids(conn, outbox.emit_batch(conn, events))
                     if pause:
                         time.sleep(pause)
                     if rollback:
@@ -339,7 +392,7 @@ class Writers:
                         with self._lock:
                             self.log.committed.update(found)
                             self.log.transactions += 1
-                except (psycopg.Error, OutboxError):
+                except WRITE_ERRORS:
                     with self._lock:
                         self.log.errors += 1
                         if in_commit:
@@ -363,7 +416,8 @@ class Writers:
 
 @contextlib.contextmanager
 def service_down(name: str) -> Iterator[None]:
-    """Stops one service (postgres or kafka); starts it again on exit, even on failure."""
+    """Stops one service (postgres, mariadb or kafka); starts it again on exit, even on
+    failure."""
     services("down", "--only", name)
     try:
         yield

@@ -87,9 +87,8 @@ def services(*args: str) -> None:
     script = Path(__file__).resolve().parents[2] / "scripts" / "services.py"
     # With these set, the script only checks the servers they name and starts nothing;
     # a test that stopped a managed server needs the script to start it again.
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS")
-    }
+    given = ("DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS", "MARIADB_URL")
+    env = {k: v for k, v in os.environ.items() if k not in given}
     subprocess.run(
         [sys.executable, str(script), *args], check=True, capture_output=True, timeout=180, env=env
     )

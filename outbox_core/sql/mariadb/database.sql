@@ -16,10 +16,18 @@ SET SESSION time_zone = '+00:00', SESSION tx_isolation = 'READ-COMMITTED'
 -- name: session_init_relay
 -- The relay's connections (outbox_core/mariadb_pool.py), with its timeouts: a lock wait
 -- (whole seconds, at least 1) and a statement's run time (max_statement_time, seconds)
--- end with a retriable error instead of holding a cycle or a lease round.
+-- end with a retriable error instead of holding a cycle or a lease round. A transaction
+-- left idle as long as a lock wait may last ends the session (idle_transaction_timeout):
+-- a settle or a lease write is several statements the relay sends one by one, and a
+-- relay stopped between two of them (SIGSTOP, a frozen VM) would otherwise keep its lease
+-- rows locked, and the takeover of its shards waiting, for as long as it stays stopped.
+-- The session carries the relay's replica id in @outbox_replica_id, where a trigger can
+-- read which replica changed a row (what application_name tells on Postgres).
 {{utc_read_committed}},
     SESSION innodb_lock_wait_timeout = %(lock_wait_s)s,
-    SESSION max_statement_time = %(statement_s)s;
+    SESSION idle_transaction_timeout = %(lock_wait_s)s,
+    SESSION max_statement_time = %(statement_s)s,
+    @outbox_replica_id = %(replica)s;
 
 -- name: database_rows_changed
 -- What the statement just before changed (no UPDATE ... RETURNING here).

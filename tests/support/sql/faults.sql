@@ -1,5 +1,5 @@
 -- Read-back and set-up statements of the fault-injection tests (tests/support/faults.py).
--- Postgres unless a block says otherwise.
+-- Postgres unless a block says otherwise; MariaDB's twins are in mariadb_faults.sql.
 
 -- name: settle_audit_install
 -- Every change a relay makes to an outbox row (settle: delete or mark published, record a

@@ -111,6 +111,15 @@ UPDATE outbox_relay_leases SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECON
 -- name: replicas_lapse
 UPDATE outbox_relay_replicas SET seen_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND;
 
+-- name: relay_session_settings
+-- What the relay's init_command set on a session (outbox_core/mariadb_pool.session_init).
+SELECT @outbox_replica_id, @@SESSION.innodb_lock_wait_timeout,
+       @@SESSION.idle_transaction_timeout, CAST(@@SESSION.max_statement_time AS DOUBLE);
+
+-- name: lease_row_hold
+-- Another session holding a lease row (run in a transaction): whoever locks it next waits.
+SELECT shard FROM outbox_relay_leases WHERE shard = %(shard)s FOR UPDATE;
+
 -- name: session_read_committed
 -- The relay's level, for a test's connection that changes rows beside open producer
 -- transactions (outbox_backoff_end).
