@@ -92,11 +92,12 @@ async def test_settles_and_operator_actions_do_not_wait_for_an_open_insert(
     assert (await store.parked_retry([parked])).ids == [parked]
     await settle(store, OWNER, {SHARD: token}, [], [Failure(parked, "again", 0.0, True)], False)
     assert (await store.parked_discard([parked])).ids == [parked]
-    assert (await store.replay([kept, large])).ids == [kept, large]
-    assert sorted(ids_of(await claim(store, [SHARD], 10, "skip"))) == [kept, large]
+    # Not a replay: it writes rows back under their event ids, and InnoDB's duplicate
+    # check on the unique index locks the next entry, which may be the open insert's (a
+    # wait of up to the lock timeout about one run in three; docs/relay.md, known limits).
     assert await store.lease_renew(OWNER, {SHARD: token}, 30) == {SHARD}
     status = admin.status(maria.url)
-    assert status.pending >= 2
+    assert status.pending == 1  # the failed row, backing off; the open insert is unseen
 
 
 HOSTILE = ["it's", 'a "quote"', "back\\slash", "%(limit)s", "--", "é☕", "' OR 1=1 --"]
