@@ -120,7 +120,9 @@ async def test_consumer_metrics_count_outcomes_and_lag_counts_what_is_not_applie
     assert m.value("outbox_consumer_handler_seconds_bucket", topic=topic, le="+Inf") == 20
     held = m.value("outbox_consumer_handler_seconds_sum", topic=topic)
     assert held is not None
-    assert held >= 0.3
+    # At least the 0.3 s the test held it, less what asyncio's timer may wake early (its
+    # clock's resolution): 0.2991 s was seen.
+    assert held >= 0.29
     assert running.stats.processed == 20
     assert len(handled) == 20
 

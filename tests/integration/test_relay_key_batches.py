@@ -25,6 +25,7 @@ from tests.support.db import Backend
 from tests.support.kafka import read_topic
 from tests.support.relay import relay_settings
 from tests.support.stores import emit, event, keys_on_shard, opened_store, row_states
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +79,11 @@ async def test_a_key_spanning_record_batches_waits_for_its_earlier_rows(
     publisher = FirstBatchRefused(settings.kafka, settings.kafka_security.resolve())
     await publisher.start()
     try:
+        # The topic's limit read before the first claim: a cycle waits only briefly for
+        # it, and without it the rows would go in one batch of the fallback size.
+        await until(
+            lambda: publisher._limits.limit(topic) == LIMIT, 30, "the topic's batch limit read"
+        )
         async with opened_store(backend) as store:
             token = await store.lease_acquire(SHARD, settings.leases.replica_id, 30)
             assert token is not None
