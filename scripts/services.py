@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -165,7 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("action", choices=["up", "down", "status", "env"])
+    parser.add_argument(
+        "action",
+        choices=["up", "down", "status", "env", "pause", "resume"],
+        help="pause / resume: SIGSTOP / SIGCONT the Kafka broker (fault tests: a broker that "
+        "hangs without closing its connections)",
+    )
     parser.add_argument(
         "--only",
         choices=SERVICES,
@@ -210,6 +216,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 kafka_down()
             if "postgres" in want:
                 pg_down()
+        elif args.action in ("pause", "resume"):
+            if want != {"kafka"}:
+                raise ServiceError("pause and resume act on the broker only: --only kafka")
+            pid = kafka_pid()
+            if pid is None:
+                raise ServiceError("kafka is not running")
+            os.kill(pid, signal.SIGSTOP if args.action == "pause" else signal.SIGCONT)
+            say(f"kafka: {'paused' if args.action == 'pause' else 'resumed'} (pid {pid})")
         elif args.action == "status":
             return status()
         else:

@@ -25,10 +25,13 @@ from tests.support.faults import (
     RelayFleet,
     Writers,
     audit_violations,
+    broker_paused,
     delivery_problems,
     judge_log,
     leases,
     named_relay_env,
+    service_down,
+    settled_by,
     wait_split,
 )
 from tests.support.kafka import unique_topic_name
@@ -42,6 +45,16 @@ pg = test_relay_faults.pg
 fleet = test_relay_faults.fleet
 
 TTL_S = 3.0
+
+
+def transactional(run: str) -> dict[str, Any]:
+    """The settings of a transactional relay of one test run (its own ids and topic)."""
+    return {
+        "kafka_transactions": True,
+        "kafka_transactional_id_prefix": f"eos-{run}",
+        "kafka_progress_topic": unique_topic_name("progress"),
+        "kafka_transaction_timeout_ms": 2000,
+    }
 
 
 async def chaos(
@@ -58,14 +71,7 @@ async def chaos(
     events committed)."""
     rng = random.Random(seed)
     run = uuid.uuid4().hex[:8]
-    extra: dict[str, Any] = {}
-    if transactions:
-        extra = {
-            "kafka_transactions": True,
-            "kafka_transactional_id_prefix": f"eos-{run}",
-            "kafka_progress_topic": unique_topic_name("progress"),
-            "kafka_transaction_timeout_ms": 2000,
-        }
+    extra = transactional(run) if transactions else {}
 
     def start(name: str) -> None:
         env = named_relay_env(pg, bootstrap, name, batch_size=50, lease_ttl_s=TTL_S, **extra)
@@ -140,4 +146,73 @@ async def test_kills_and_zombies_leave_no_duplicate_with_transactions(
     print(
         f"transactions {'on' if transactions else 'off'}: rounds {rounds}; committed "
         f"{committed}; records {verdict.records}; duplicates {verdict.duplicates}"
+    )
+
+
+async def settling(pg: Backend, names: list[str], writers: Writers, more: int = 100) -> None:
+    """Until the relays have settled `more` rows beyond now and the writers committed on."""
+    before = sum(settled_by(pg).values())
+    committed = writers.committed
+    await until(
+        lambda: sum(settled_by(pg).values()) >= before + more and writers.committed > committed,
+        120,
+        f"{names} to settle {more} more rows",
+        blocking=True,
+    )
+
+
+@pytest.mark.serial
+async def test_a_broker_pause_and_a_database_restart_leave_no_duplicate_with_transactions(
+    pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, fleet: RelayFleet
+) -> None:
+    """Two transactional relays while writers commit: the broker SIGSTOPped past the
+    relays' request timeout (transactions in flight can neither commit nor abort), then
+    Postgres restarted (settles lost after their commits). A read_committed reader finds
+    every committed event once, in key order."""
+    test_relay_faults.require_managed_services()
+    topic = await new_topic("eos-outages", partitions=3)
+    settings = transactional(uuid.uuid4().hex[:8])
+    names = ["r0", "r1"]
+    with Writers(pg, topic, threads=2, keys=60, seed=43, pause_between_s=0.01) as writers:
+        for name in names:
+            env = named_relay_env(
+                pg, kafka_bootstrap, name, batch_size=50, lease_ttl_s=TTL_S,
+                kafka_request_timeout_ms=3000, **settings,
+            )  # fmt: skip
+            fleet.start(name, env)
+        await wait_split(pg, names)
+        await writers.wait_committed(200)
+        await settling(pg, names, writers)
+
+        with broker_paused():
+            # Until a transaction of each relay has failed for the broker's silence.
+            await until(
+                lambda: all("kafka transaction failed" in fleet.procs[n].log() for n in names),
+                60,
+                "each relay's transaction to fail while the broker hangs",
+                blocking=True,
+            )
+        await settling(pg, names, writers)
+
+        failed = writers.errors
+        with service_down("postgres"):
+            noticed = ("heartbeat failed", "batch failed; retrying", "lease lost")
+            await until(
+                lambda: writers.errors > failed and any(n in fleet.logs() for n in noticed),
+                60,
+                "the writers and the relays to see the database gone",
+                blocking=True,
+            )
+        await settling(pg, names, writers)
+        log = writers.stop()
+    await wait_drained(pg, 120)
+    codes = {n: p.terminate(60) for n, p in fleet.procs.items() if p.proc.poll() is None}
+    assert all(c == 0 for c in codes.values()), f"exit codes {codes}\n{fleet.logs()}"
+    verdict = await judge_log(kafka_bootstrap, topic, log)
+    assert delivery_problems(verdict, log) == [], fleet.logs()[-5000:]
+    assert verdict.duplicates == 0, f"{verdict.duplicates} duplicates\n{fleet.logs()[-5000:]}"
+    assert audit_violations(pg) == [], "rows settled without the lease"
+    print(
+        f"broker paused and database restarted: committed {len(log.committed)}, lost at "
+        f"COMMIT {len(log.uncertain)}; records {verdict.records}; duplicates 0"
     )

@@ -415,6 +415,17 @@ class Writers:
 
 
 @contextlib.contextmanager
+def broker_paused() -> Iterator[None]:
+    """SIGSTOPs the Kafka broker (it hangs, its connections stay open); SIGCONT on exit,
+    even on failure."""
+    services("pause", "--only", "kafka")
+    try:
+        yield
+    finally:
+        services("resume", "--only", "kafka")
+
+
+@contextlib.contextmanager
 def service_down(name: str) -> Iterator[None]:
     """Stops one service (postgres, mariadb or kafka); starts it again on exit, even on
     failure."""
