@@ -56,22 +56,24 @@ def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep
     return Settled(int(published), int(failed), frozenset(fence["shards"]) - set(held))
 
 
-def _held_shards(fence: dict[str, Any]) -> Plan:
-    """The fence of a settle in steps: the shards whose lease row still carries our token
-    (lease_check, which on MariaDB also locks the row until the settle commits). The rows
-    are locked in ascending shard order, the order lease_renew's scan locks them in: in
-    any other, a settle and its own relay's renewal could each hold a row the other
-    waits for, and the deadlock's victim (the settle) has its batch sent again."""
-    held = []
-    for shard, token in sorted(zip(fence["shards"], fence["tokens"], strict=True)):
-        check = {"shard": shard, "owner": fence["owner"], "token": token}
-        if (yield Statement("lease_check", check))[0][0]:
-            held.append(shard)
-    return held
+def _held_shards(fence: dict[str, Any], dialect: Dialect) -> Plan:
+    """The fence of a settle in steps: the shards whose lease row still carries our token,
+    in one statement (lease_check, which on MariaDB also locks the rows until the settle
+    commits). They go in ascending shard order, the order lease_renew's scan locks the
+    rows in: in any other, a settle and its own relay's renewal could each hold a row the
+    other waits for, and the deadlock's victim (the settle) has its batch sent again."""
+    ordered = sorted(zip(fence["shards"], fence["tokens"], strict=True))
+    c = codec_for(dialect)
+    check = {
+        "owner": fence["owner"],
+        "shards": c.array([shard for shard, _ in ordered]),
+        "tokens": c.array([token for _, token in ordered]),
+    }
+    return [int(shard) for (shard,) in (yield Statement("lease_check", check))]
 
 
 def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
-    held = yield from _held_shards(fence)
+    held = yield from _held_shards(fence, "sqlite")
     lost = frozenset(fence["shards"]) - set(held)
     if not held:
         return Settled(0, 0, lost)
@@ -91,7 +93,7 @@ def _settle_in_a_transaction(fence: dict[str, Any], params: dict[str, Any], keep
     by the lease rows lease_check locks in share mode. Kept rows move into
     outbox_published, copied then deleted; those larger than move_max_bytes are marked
     where they are."""
-    held = yield from _held_shards(fence)
+    held = yield from _held_shards(fence, "mariadb")
     lost = frozenset(fence["shards"]) - set(held)
     if not held:
         return Settled(0, 0, lost)
@@ -160,6 +162,16 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
     return rows
 
 
+def _claim_per_shard_together(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
+    """MariaDB: the statements of _claim_per_shard in one round trip (a multi-statement),
+    so a cycle's claim waits for the network and the event loop once, not once a shard.
+    Each stays a statement of its own: at READ COMMITTED it opens its own read view at its
+    first read and reads its clock (claim_clock: SYSDATE(6)) after that, as when sent one
+    by one, so "when a row is due" is judged exactly as before."""
+    each = [{"shard": shard, "head": i == 0, **params} for i, shard in enumerate(shards)]
+    return (yield Statement(name, each, named=True, together=True))
+
+
 # (policy, shape): without fair_tenants the claim is the statement it always was (plain);
 # a lane claiming for one tenant takes the same rows as the fair claim, the plain way.
 ClaimShape = Literal["plain", "fair", "tenant"]
@@ -176,7 +188,7 @@ ClaimForm = Callable[[str, list[int], dict[str, Any]], Plan]
 CLAIM_FORMS: dict[Dialect, ClaimForm] = {
     "postgres": _claim_in_one_statement,
     "sqlite": _claim_per_shard,
-    "mariadb": _claim_per_shard,
+    "mariadb": _claim_per_shard_together,
 }
 
 

@@ -85,10 +85,12 @@ AND e.id NOT IN (
 
 -- fragment: key_not_blocked
 -- block_key policy (see the Postgres twin); the skip policy fills this slot with nothing.
--- outbox_events_blocking_idx (shard, key, id) finds a key's earlier rows.
+-- blocking is 1 on the unpublished rows that are parked or failed at least once
+-- (migrations/mariadb/0007_blocking_rows.sql): outbox_events_blocking_idx (blocking,
+-- shard, key, id) seeks a key's earlier such rows only, as Postgres's partial index does.
 AND NOT EXISTS (
     SELECT 1 FROM outbox_events b
-    WHERE b.shard = e.shard AND b.`key` = e.`key` AND b.id < e.id
+    WHERE b.blocking = 1 AND b.shard = e.shard AND b.`key` = e.`key` AND b.id < e.id
       AND b.published_at IS NULL
       AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > {{claim_clock}}))
 )
