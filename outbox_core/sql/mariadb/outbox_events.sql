@@ -99,10 +99,11 @@ AND NOT EXISTS (
 AND coalesce(e.tenant, '') = %(tenant)s
 
 -- fragment: claim_per_shard(tenant, rule)
--- MariaDB has no LATERAL: the store runs a claim once per shard (relay/store/sql.py), each
--- a walk of outbox_events_unpublished_idx (shard, published_at, id) in id order that
--- stops after limit rows. Each statement reads a snapshot of its own: a shard's rows are
--- ordered among themselves only, so no two shards need to agree.
+-- MariaDB has no LATERAL: the store runs a claim once per shard, the statements sent in
+-- one round trip (relay/store/sql.py), each a walk of outbox_events_unpublished_idx
+-- (shard, published_at, id) in id order that stops after limit rows. Each statement
+-- reads a snapshot of its own: a shard's rows are ordered among themselves only, so no
+-- two shards need to agree.
 SELECT {{claim_names}} FROM (
     SELECT r.*, {{upto}}
     FROM (
