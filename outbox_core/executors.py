@@ -50,7 +50,9 @@ class Statement:
     """One named query and its parameters; `many` runs it once per parameter set.
     `together` (MariaDB, aiomysql): once per parameter set too, the statements sent in one
     round trip (a multi-statement, which aiomysql's connections always accept), each still
-    a statement of its own; the rows of all of them, in order.
+    a statement of its own; the rows of all of them, in order. A block of several
+    statements (a script) runs this way, even with one parameter set: every result set
+    is read.
     `binary`: rows come back in Postgres's binary format (bytea as raw bytes instead of
     hex text: half the bytes and no decoding, for large reads); other drivers ignore it.
     `named`: rows come back as NamedRows, with the result's column names."""

@@ -90,36 +90,20 @@ def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) 
 
 
 def _settle_in_a_transaction(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
-    """MariaDB: the steps of one transaction (SqlStore runs a plan that writes so), fenced
-    by the lease rows lease_check locks in share mode. Kept rows move into
-    outbox_published, copied then deleted; those larger than move_max_bytes are marked
-    where they are."""
+    """MariaDB: one transaction (SqlStore runs a plan that writes so), fenced by the lease
+    rows lease_check locks in share mode, then the writes and their counts sent in one
+    round trip (outbox_settle_*_steps). Kept rows move into outbox_published, copied then
+    deleted; those larger than move_max_bytes are marked where they are."""
     held = yield from _held_shards(fence, "mariadb")
     lost = frozenset(fence["shards"]) - set(held)
     if not held:
         return Settled(0, 0, lost)
-    acked = {"shards": codec_for("mariadb").array(held), "published_ids": params["published_ids"]}
-    if keep:
-        moving = {**acked, "move_max_bytes": params["move_max_bytes"]}
-        yield Statement("outbox_published_copy", moving)
-        published = yield from _changed(Statement("outbox_delete_moved", moving))
-        published += yield from _changed(Statement("outbox_mark_published", moving))
-    else:
-        published = yield from _changed(Statement("outbox_delete_published", acked))
-    if params["failed_ids"] == codec_for("mariadb").ids([]):
-        # Most settles: the write and its count, two round trips, would change nothing.
-        return Settled(published, 0, lost)
-    failures = {k: params[k] for k in ("failed_ids", "errors", "delays_s", "parks")}
-    failed = yield from _changed(
-        Statement("outbox_record_failures", {"shards": acked["shards"], **failures})
+    steps = "outbox_settle_keep_steps" if keep else "outbox_settle_delete_steps"
+    counts = yield Statement(
+        steps, [{**params, "shards": codec_for("mariadb").array(held)}], together=True
     )
-    return Settled(published, failed, lost)
-
-
-def _changed(statement: Statement) -> Plan:
-    """How many rows a write without RETURNING changed."""
-    yield statement
-    return int((yield Statement("database_rows_changed"))[0][0])
+    *published, failed = (int(n) for (n,) in counts)
+    return Settled(sum(published), failed, lost)
 
 
 SettleForm = Callable[[dict[str, Any], dict[str, Any], bool], Plan]
