@@ -152,10 +152,20 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
 
 def _claim_per_shard_together(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
     """MariaDB: the statements of _claim_per_shard in one round trip (a multi-statement),
-    so a cycle's claim waits for the network and the event loop once, not once a shard.
-    Each stays a statement of its own: at READ COMMITTED it opens its own read view at its
-    first read and reads its clock (claim_clock: SYSDATE(6)) after that, as when sent one
-    by one, so "when a row is due" is judged exactly as before."""
+    for the shards that have unpublished rows (outbox_shards_unpublished), so a cycle's
+    claim waits for the network and the event loop twice, not once a shard, and the server
+    plans a statement only for a shard with rows. Each stays a statement of its own: at
+    READ COMMITTED it opens its own read view at its first read and reads its clock
+    (claim_clock: SYSDATE(6)) after that, as when sent one by one, so "when a row is due"
+    is judged exactly as before."""
+    found = yield Statement(
+        "outbox_shards_unpublished", {"shards": codec_for("mariadb").array(shards)}
+    )
+    pending = {int(shard) for (shard,) in found}
+    # head goes to the first shard claimed: the rotation's next shard that has rows.
+    shards = [shard for shard in shards if shard in pending]
+    if not shards:
+        return NamedRows([], ClaimedRow._fields)
     each = [{"shard": shard, "head": i == 0, **params} for i, shard in enumerate(shards)]
     return (yield Statement(name, each, named=True, together=True))
 

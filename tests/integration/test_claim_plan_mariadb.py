@@ -103,3 +103,16 @@ def test_every_claim_reads_outbox_events_through_an_index(
         # The seek starts at the blocking rows: the index's rows that cannot block are
         # never read (0007_blocking_rows.sql).
         assert blocking[0]["used_key_parts"][:3] == ["blocking", "shard", "key"], blocking
+
+
+@pytest.mark.parametrize("published", [False, True], ids=["pending", "mostly_published"])
+def test_the_claims_shard_filter_seeks_each_shard(filled: Backend, published: bool) -> None:
+    """outbox_shards_unpublished, run before every claim, costs a seek per shard whatever
+    the table holds."""
+    if published:
+        filled.execute("outbox_mark_published_below", {"below": 18_000})
+    filled.execute("outbox_analyze")
+    seen = explain(filled, "outbox_shards_unpublished", {"shards": json.dumps(list(range(16)))})
+    assert [(a["key"], a["used_key_parts"][:2]) for a in seen] == [
+        ("outbox_events_unpublished_idx", ["shard", "published_at"])
+    ], seen
