@@ -48,6 +48,11 @@ def _result(statement: Statement, rows: Rows, columns: Any) -> Rows:
 @dataclass(frozen=True)
 class Statement:
     """One named query and its parameters; `many` runs it once per parameter set.
+    `together` (MariaDB, aiomysql): once per parameter set too, the statements sent in one
+    round trip (a multi-statement, which aiomysql's connections always accept), each still
+    a statement of its own; the rows of all of them, in order. A block of several
+    statements (a script) runs this way, even with one parameter set: every result set
+    is read.
     `binary`: rows come back in Postgres's binary format (bytea as raw bytes instead of
     hex text: half the bytes and no decoding, for large reads); other drivers ignore it.
     `named`: rows come back as NamedRows, with the result's column names."""
@@ -57,6 +62,7 @@ class Statement:
     many: bool = False
     binary: bool = False
     named: bool = False
+    together: bool = False
 
 
 Plan = Generator[Statement, Rows, Any]
@@ -125,6 +131,8 @@ def bind(driver: Driver, dialect: Dialect, statement: Statement) -> tuple[str, A
         params = _one(statement)
         return numbered_query.sql, tuple(params[n] for n in names)
     sql = query(dialect, statement.query)
+    if statement.together:
+        return sql, [for_driver(driver, p) for p in _many(statement)]
     if statement.many:
         if dialect == "mariadb":
             sql = _from_the_first_keyword(sql)
@@ -314,10 +322,29 @@ class AiomysqlExecutor:
                 if statement.many:
                     await cur.executemany(sql, params)
                     return []
+                if statement.together:
+                    return await _together(cur, statement, sql, params)
                 await cur.execute(sql, params)
                 if not cur.description:
                     return []
                 return _result(statement, list(await cur.fetchall()), cur.description)
+
+
+async def _together(cur: Any, statement: Statement, sql: str, params: list[Params]) -> Rows:
+    """The statement once per parameter set, rendered by the driver as execute would and
+    sent as one multi-statement; every result set read (a pending one would leave the
+    connection unusable)."""
+    if not params:
+        return []
+    await cur.execute(";\n".join(cur.mogrify(sql, p) for p in params))
+    rows: Rows = []
+    columns = cur.description
+    while True:
+        if cur.description:
+            columns = cur.description
+            rows += await cur.fetchall()
+        if not await cur.nextset():
+            return _result(statement, rows, columns) if columns else rows
 
 
 def django_driver(wrapper: Any) -> Driver:

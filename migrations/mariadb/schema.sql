@@ -26,6 +26,10 @@ CREATE TABLE outbox_events (
     status varchar(16) NOT NULL DEFAULT 'pending',
     published_at datetime(6),
     tenant varchar(255),
+    -- 1 for a row that can hold its key's later rows back (0007_blocking_rows.sql).
+    blocking tinyint AS (
+        CASE WHEN published_at IS NULL AND (status = 'parked' OR attempts > 0) THEN 1 END
+    ) VIRTUAL,
     CONSTRAINT outbox_events_event_id_key UNIQUE (event_id),
     CONSTRAINT outbox_events_status_check CHECK (status IN ('pending', 'parked')),
     CONSTRAINT outbox_events_topic_check CHECK (topic <> ''),
@@ -38,7 +42,7 @@ CREATE TABLE outbox_events (
 -- MariaDB has no partial indexes: these serve the predicates of Postgres's partial ones.
 CREATE INDEX outbox_events_unpublished_idx ON outbox_events (shard, published_at, id);
 CREATE INDEX outbox_events_published_idx ON outbox_events (published_at);
-CREATE INDEX outbox_events_blocking_idx ON outbox_events (shard, `key`(250), id);
+CREATE INDEX outbox_events_blocking_idx ON outbox_events (blocking, shard, `key`(250), id);
 CREATE INDEX outbox_events_tenant_idx ON outbox_events (shard, tenant, id);
 
 CREATE TABLE outbox_idempotency (

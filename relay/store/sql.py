@@ -6,8 +6,9 @@ one SQLite connection on its own thread, or a MariaDB pool: outbox_core.pg_pool 
 sqlite_thread / mariadb_pool), how parameters are encoded (outbox_core.codec), and the
 forms of the claim, the settle and the lease writes: Postgres writes each as one
 statement; SQLite claims shard by shard and settles in steps under its write lock;
-MariaDB, without LATERAL or UPDATE ... RETURNING, claims shard by shard and settles and
-writes leases in steps inside one transaction (CLAIM_FORMS, SETTLE_FORMS, WRITE_FORMS).
+MariaDB, without LATERAL or UPDATE ... RETURNING, claims shard by shard (the statements
+sent in one round trip) and settles and writes leases in steps inside one transaction
+(CLAIM_FORMS, SETTLE_FORMS, WRITE_FORMS).
 """
 
 from __future__ import annotations
@@ -56,22 +57,24 @@ def _settle_in_one_statement(fence: dict[str, Any], params: dict[str, Any], keep
     return Settled(int(published), int(failed), frozenset(fence["shards"]) - set(held))
 
 
-def _held_shards(fence: dict[str, Any]) -> Plan:
-    """The fence of a settle in steps: the shards whose lease row still carries our token
-    (lease_check, which on MariaDB also locks the row until the settle commits). The rows
-    are locked in ascending shard order, the order lease_renew's scan locks them in: in
-    any other, a settle and its own relay's renewal could each hold a row the other
-    waits for, and the deadlock's victim (the settle) has its batch sent again."""
-    held = []
-    for shard, token in sorted(zip(fence["shards"], fence["tokens"], strict=True)):
-        check = {"shard": shard, "owner": fence["owner"], "token": token}
-        if (yield Statement("lease_check", check))[0][0]:
-            held.append(shard)
-    return held
+def _held_shards(fence: dict[str, Any], dialect: Dialect) -> Plan:
+    """The fence of a settle in steps: the shards whose lease row still carries our token,
+    in one statement (lease_check, which on MariaDB also locks the rows until the settle
+    commits). They go in ascending shard order, the order lease_renew's scan locks the
+    rows in: in any other, a settle and its own relay's renewal could each hold a row the
+    other waits for, and the deadlock's victim (the settle) has its batch sent again."""
+    ordered = sorted(zip(fence["shards"], fence["tokens"], strict=True))
+    c = codec_for(dialect)
+    check = {
+        "owner": fence["owner"],
+        "shards": c.array([shard for shard, _ in ordered]),
+        "tokens": c.array([token for _, token in ordered]),
+    }
+    return [int(shard) for (shard,) in (yield Statement("lease_check", check))]
 
 
 def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
-    held = yield from _held_shards(fence)
+    held = yield from _held_shards(fence, "sqlite")
     lost = frozenset(fence["shards"]) - set(held)
     if not held:
         return Settled(0, 0, lost)
@@ -87,33 +90,20 @@ def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) 
 
 
 def _settle_in_a_transaction(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
-    """MariaDB: the steps of one transaction (SqlStore runs a plan that writes so), fenced
-    by the lease rows lease_check locks in share mode. Kept rows move into
-    outbox_published, copied then deleted; those larger than move_max_bytes are marked
-    where they are."""
-    held = yield from _held_shards(fence)
+    """MariaDB: one transaction (SqlStore runs a plan that writes so), fenced by the lease
+    rows lease_check locks in share mode, then the writes and their counts sent in one
+    round trip (outbox_settle_*_steps). Kept rows move into outbox_published, copied then
+    deleted; those larger than move_max_bytes are marked where they are."""
+    held = yield from _held_shards(fence, "mariadb")
     lost = frozenset(fence["shards"]) - set(held)
     if not held:
         return Settled(0, 0, lost)
-    acked = {"shards": codec_for("mariadb").array(held), "published_ids": params["published_ids"]}
-    if keep:
-        moving = {**acked, "move_max_bytes": params["move_max_bytes"]}
-        yield Statement("outbox_published_copy", moving)
-        published = yield from _changed(Statement("outbox_delete_moved", moving))
-        published += yield from _changed(Statement("outbox_mark_published", moving))
-    else:
-        published = yield from _changed(Statement("outbox_delete_published", acked))
-    failures = {k: params[k] for k in ("failed_ids", "errors", "delays_s", "parks")}
-    failed = yield from _changed(
-        Statement("outbox_record_failures", {"shards": acked["shards"], **failures})
+    steps = "outbox_settle_keep_steps" if keep else "outbox_settle_delete_steps"
+    counts = yield Statement(
+        steps, [{**params, "shards": codec_for("mariadb").array(held)}], together=True
     )
-    return Settled(published, failed, lost)
-
-
-def _changed(statement: Statement) -> Plan:
-    """How many rows a write without RETURNING changed."""
-    yield statement
-    return int((yield Statement("database_rows_changed"))[0][0])
+    *published, failed = (int(n) for (n,) in counts)
+    return Settled(sum(published), failed, lost)
 
 
 SettleForm = Callable[[dict[str, Any], dict[str, Any], bool], Plan]
@@ -160,6 +150,26 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
     return rows
 
 
+def _claim_per_shard_together(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
+    """MariaDB: the statements of _claim_per_shard in one round trip (a multi-statement),
+    for the shards that have unpublished rows (outbox_shards_unpublished), so a cycle's
+    claim waits for the network and the event loop twice, not once a shard, and the server
+    plans a statement only for a shard with rows. Each stays a statement of its own: at
+    READ COMMITTED it opens its own read view at its first read and reads its clock
+    (claim_clock: SYSDATE(6)) after that, as when sent one by one, so "when a row is due"
+    is judged exactly as before."""
+    found = yield Statement(
+        "outbox_shards_unpublished", {"shards": codec_for("mariadb").array(shards)}
+    )
+    pending = {int(shard) for (shard,) in found}
+    # head goes to the first shard claimed: the rotation's next shard that has rows.
+    shards = [shard for shard in shards if shard in pending]
+    if not shards:
+        return NamedRows([], ClaimedRow._fields)
+    each = [{"shard": shard, "head": i == 0, **params} for i, shard in enumerate(shards)]
+    return (yield Statement(name, each, named=True, together=True))
+
+
 # (policy, shape): without fair_tenants the claim is the statement it always was (plain);
 # a lane claiming for one tenant takes the same rows as the fair claim, the plain way.
 ClaimShape = Literal["plain", "fair", "tenant"]
@@ -176,7 +186,7 @@ ClaimForm = Callable[[str, list[int], dict[str, Any]], Plan]
 CLAIM_FORMS: dict[Dialect, ClaimForm] = {
     "postgres": _claim_in_one_statement,
     "sqlite": _claim_per_shard,
-    "mariadb": _claim_per_shard,
+    "mariadb": _claim_per_shard_together,
 }
 
 

@@ -1,6 +1,6 @@
 """Every claim on MariaDB reads outbox_events through an index: each shard's walk through
 outbox_events_unpublished_idx (shard, published_at, id), or outbox_events_tenant_idx for a
-lane's one tenant, the block_key rule's probe of a key's earlier rows through
+lane's one tenant, the block_key rule's probe of a key's earlier blocking rows through
 outbox_events_blocking_idx, the chosen rows of a fair claim by primary key. Never a scan
 of the table, whether the rows are all pending or mostly published (retention=keep marks
 kept rows in place when their payload is too large to move)."""
@@ -100,3 +100,19 @@ def test_every_claim_reads_outbox_events_through_an_index(
         assert blocking == []
     else:
         assert [a["key"] for a in blocking] == ["outbox_events_blocking_idx"], (name, blocking)
+        # The seek starts at the blocking rows: the index's rows that cannot block are
+        # never read (0007_blocking_rows.sql).
+        assert blocking[0]["used_key_parts"][:3] == ["blocking", "shard", "key"], blocking
+
+
+@pytest.mark.parametrize("published", [False, True], ids=["pending", "mostly_published"])
+def test_the_claims_shard_filter_seeks_each_shard(filled: Backend, published: bool) -> None:
+    """outbox_shards_unpublished, run before every claim, costs a seek per shard whatever
+    the table holds."""
+    if published:
+        filled.execute("outbox_mark_published_below", {"below": 18_000})
+    filled.execute("outbox_analyze")
+    seen = explain(filled, "outbox_shards_unpublished", {"shards": json.dumps(list(range(16)))})
+    assert [(a["key"], a["used_key_parts"][:2]) for a in seen] == [
+        ("outbox_events_unpublished_idx", ["shard", "published_at"])
+    ], seen

@@ -136,8 +136,8 @@ def test_a_relay_session_carries_its_replica_id(maria: Backend, replica: str) ->
 async def test_a_settle_and_its_relays_renewal_lock_the_lease_rows_in_one_order(
     maria: Backend, store: Store
 ) -> None:
-    """The settle's fence locks its lease rows one statement at a time and the renewal
-    locks the same rows in one statement: taken in two orders they deadlock (1213), and
+    """The settle's fence and the renewal each lock the same lease rows in one statement:
+    taken in two orders they deadlock (1213), and
     the settle, the smaller transaction, is rolled back: its batch is sent again. A
     session holding the middle row lines both up behind it, the settle first, whatever
     order the relay's held shards come in."""
@@ -184,9 +184,9 @@ async def test_a_relay_stopped_inside_its_settle_holds_no_shard_past_a_lock_wait
         with stopped.cursor() as fence:  # the settle's first statement, then the pause
             fence.execute(
                 query("mariadb", "lease_check"),
-                {"shard": SHARD, "owner": "relay-1", "token": token},
+                {"shards": f"[{SHARD}]", "owner": "relay-1", "tokens": f"[{token}]"},
             )
-            assert fence.fetchall() == ((1,),)
+            assert fence.fetchall() == ((SHARD,),)
 
         async def taken() -> int | None:
             try:

@@ -29,10 +29,6 @@ SET SESSION time_zone = '+00:00', SESSION tx_isolation = 'READ-COMMITTED'
     SESSION max_statement_time = %(statement_s)s,
     @outbox_replica_id = %(replica)s;
 
--- name: database_rows_changed
--- What the statement just before changed (no UPDATE ... RETURNING here).
-SELECT ROW_COUNT();
-
 -- name: database_in_transaction
 -- Whether the session has a transaction open (1) or runs each statement by itself (0).
 SELECT @@in_transaction;

@@ -85,10 +85,12 @@ AND e.id NOT IN (
 
 -- fragment: key_not_blocked
 -- block_key policy (see the Postgres twin); the skip policy fills this slot with nothing.
--- outbox_events_blocking_idx (shard, key, id) finds a key's earlier rows.
+-- blocking is 1 on the unpublished rows that are parked or failed at least once
+-- (migrations/mariadb/0007_blocking_rows.sql): outbox_events_blocking_idx (blocking,
+-- shard, key, id) seeks a key's earlier such rows only, as Postgres's partial index does.
 AND NOT EXISTS (
     SELECT 1 FROM outbox_events b
-    WHERE b.shard = e.shard AND b.`key` = e.`key` AND b.id < e.id
+    WHERE b.blocking = 1 AND b.shard = e.shard AND b.`key` = e.`key` AND b.id < e.id
       AND b.published_at IS NULL
       AND (b.status = 'parked' OR (b.attempts > 0 AND b.available_at > {{claim_clock}}))
 )
@@ -97,10 +99,11 @@ AND NOT EXISTS (
 AND coalesce(e.tenant, '') = %(tenant)s
 
 -- fragment: claim_per_shard(tenant, rule)
--- MariaDB has no LATERAL: the store runs a claim once per shard (relay/store/sql.py), each
--- a walk of outbox_events_unpublished_idx (shard, published_at, id) in id order that
--- stops after limit rows. Each statement reads a snapshot of its own: a shard's rows are
--- ordered among themselves only, so no two shards need to agree.
+-- MariaDB has no LATERAL: the store runs a claim once per shard, the statements sent in
+-- one round trip (relay/store/sql.py), each a walk of outbox_events_unpublished_idx
+-- (shard, published_at, id) in id order that stops after limit rows. Each statement
+-- reads a snapshot of its own: a shard's rows are ordered among themselves only, so no
+-- two shards need to agree.
 SELECT {{claim_names}} FROM (
     SELECT r.*, {{upto}}
     FROM (
@@ -117,6 +120,19 @@ SELECT {{claim_names}} FROM (
 ) AS w
 WHERE {{shard_rows}}
 ORDER BY w.id
+
+-- name: outbox_shards_unpublished
+-- Of the claim's shards (a JSON array), those with an unpublished row: one seek of
+-- outbox_events_unpublished_idx each, all in one statement. A claim statement costs about
+-- a millisecond in the server even when its shard has nothing (parsing, planning, its
+-- derived tables), so the store claims only the shards this names
+-- (relay/store/sql.py). Rows committed after it are claimed by the next cycle, as rows
+-- committed after a claim are.
+SELECT s.shard
+FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
+WHERE EXISTS (
+    SELECT 1 FROM outbox_events e WHERE e.shard = s.shard AND e.published_at IS NULL
+);
 
 -- fragment: tenant_list
 -- A JSON array of tenant names as rows t ('' names the untenanted rows).
@@ -187,37 +203,35 @@ e.shard IN (SELECT h.shard FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard sma
 -- is copied into the history, a larger one's row is marked published where it is.
 length(e.payload) <= %(move_max_bytes)s
 
--- name: outbox_delete_published
--- The settle, in steps inside one transaction (relay/store/sql.py) after lease_check of
--- each shard. No step returns its rows (a multi-table write has no RETURNING): each count
--- comes from database_rows_changed.
+-- fragment: delete_acked
 DELETE e FROM {{ids_first(id_list=published_ids)}}
-WHERE {{in_held_shards}};
+WHERE {{in_held_shards}}
 
--- name: outbox_published_copy
+-- fragment: published_copy
 -- retention=keep, the first step of the move: the acked rows into the history. The next
--- step (outbox_delete_moved) deletes the same rows: between the two nothing but this
--- settle writes them (the lease rows it holds locked fence out every other relay).
+-- step (delete_moved) deletes the same rows: between the two nothing but this settle
+-- writes them (the lease rows it holds locked fence out every other relay).
 INSERT INTO outbox_published (id, event_id, topic, `key`, shard, event_type, payload, headers,
                               created_at, attempts, last_error, published_at, tenant)
 SELECT e.id, e.event_id, e.topic, e.`key`, e.shard, e.event_type, e.payload, e.headers,
        e.created_at, e.attempts, e.last_error, NOW(6), e.tenant
 FROM {{ids_first(id_list=published_ids)}}
-WHERE {{in_held_shards}} AND {{payload_moves}};
+WHERE {{in_held_shards}} AND {{payload_moves}}
 
--- name: outbox_delete_moved
+-- fragment: delete_moved
 DELETE e FROM {{ids_first(id_list=published_ids)}}
-WHERE {{in_held_shards}} AND {{payload_moves}};
+WHERE {{in_held_shards}} AND {{payload_moves}}
 
--- name: outbox_mark_published
+-- fragment: mark_too_large
 -- retention=keep, rows too large to move: marked published where they are.
 UPDATE {{ids_first(id_list=published_ids)}}
 SET e.published_at = NOW(6)
-WHERE {{in_held_shards}} AND NOT {{payload_moves}};
+WHERE {{in_held_shards}} AND NOT {{payload_moves}}
 
--- name: outbox_record_failures
--- failed_ids, errors, delays_s and parks: JSON arrays paired by position. Every matched
--- row changes (attempts grows), so database_rows_changed counts them.
+-- fragment: record_failures
+-- failed_ids, errors, delays_s and parks: JSON arrays paired by position (empty arrays:
+-- nothing to read, nothing changed). Every matched row changes (attempts grows), so
+-- ROW_COUNT() counts them.
 UPDATE JSON_TABLE(%(failed_ids)s, '$[*]' COLUMNS (i FOR ORDINALITY, id bigint PATH '$')) AS f
 JOIN JSON_TABLE(%(errors)s, '$[*]' COLUMNS (i FOR ORDINALITY, error text PATH '$')) AS r
   ON r.i = f.i
@@ -230,7 +244,28 @@ SET e.attempts = e.attempts + 1,
     e.last_error = r.error,
     e.available_at = TIMESTAMPADD(MICROSECOND, ROUND(d.delay_s * 1000000), NOW(6)),
     e.status = CASE WHEN p.park THEN 'parked' ELSE 'pending' END
-WHERE {{in_held_shards}};
+WHERE {{in_held_shards}}
+
+-- name: outbox_settle_delete_steps
+-- The settle after its fence (lease_check), in the same transaction (relay/store/sql.py):
+-- several statements, sent in one round trip and run in order. No write returns its rows
+-- (a multi-table write has no RETURNING): a SELECT ROW_COUNT() after each counts them, so
+-- the result sets are the rows published, then the rows failed.
+{{delete_acked}};
+SELECT ROW_COUNT();
+{{record_failures}};
+SELECT ROW_COUNT();
+
+-- name: outbox_settle_keep_steps
+-- retention=keep, as outbox_settle_delete_steps: the rows moved, the rows marked in
+-- place, then the rows failed.
+{{published_copy}};
+{{delete_moved}};
+SELECT ROW_COUNT();
+{{mark_too_large}};
+SELECT ROW_COUNT();
+{{record_failures}};
+SELECT ROW_COUNT();
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.

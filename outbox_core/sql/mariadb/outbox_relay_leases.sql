@@ -52,10 +52,17 @@ SET owner = NULL, lease_until = DEFAULT(lease_until)
 WHERE shard = %(shard)s AND owner = %(owner)s AND token = %(token)s;
 
 -- name: lease_check
--- The settle's fence, in its transaction: the lease row locked in share mode until the
--- settle commits, so a takeover (lease_acquire's exclusive lock) waits for it.
-SELECT count(*) FROM outbox_relay_leases
-WHERE shard = %(shard)s AND owner = %(owner)s AND token = %(token)s
+-- The settle's fence, in its transaction: of the shards (paired with tokens by position),
+-- those whose lease row still carries our token; every row locked in share mode until the
+-- settle commits, so a takeover (lease_acquire's exclusive lock) waits for it. The array
+-- is read first (STRAIGHT_JOIN), in its order, and each lease row by primary key
+-- (eq_ref, no join buffer): the caller sends the shards ascending, so the rows are locked
+-- in ascending shard order, the order lease_renew's scan locks them in (decision 28).
+SELECT l.shard
+FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (i FOR ORDINALITY, shard smallint PATH '$')) AS s
+STRAIGHT_JOIN outbox_relay_leases AS l ON l.shard = s.shard
+WHERE l.owner = %(owner)s
+  AND l.token = JSON_VALUE(%(tokens)s, CONCAT('$[', s.i - 1, ']'))
 LOCK IN SHARE MODE;
 
 -- name: lease_list

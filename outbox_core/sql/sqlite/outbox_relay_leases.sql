@@ -11,15 +11,18 @@ WHERE outbox_relay_leases.owner IS NULL
    OR outbox_relay_leases.lease_until < strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
 RETURNING token;
 
--- name: lease_renew
+-- fragment: held_pairs
 -- shards and tokens: JSON arrays of the same length, paired by position.
+(shard, token) IN (
+    SELECT s.value, t.value FROM json_each(:shards) AS s JOIN json_each(:tokens) AS t USING (key)
+)
+
+-- name: lease_renew
 UPDATE outbox_relay_leases
 SET lease_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || :ttl_s || ' seconds')
 WHERE owner = :owner
   AND lease_until >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-  AND (shard, token) IN (
-      SELECT s.value, t.value FROM json_each(:shards) AS s JOIN json_each(:tokens) AS t USING (key)
-  )
+  AND {{held_pairs}}
 RETURNING shard;
 
 -- name: lease_release
@@ -28,8 +31,8 @@ SET owner = NULL, lease_until = ''
 WHERE shard = :shard AND owner = :owner AND token = :token;
 
 -- name: lease_check
-SELECT count(*) FROM outbox_relay_leases
-WHERE shard = :shard AND owner = :owner AND token = :token;
+-- The settle's fence: the shards whose lease still carries our token.
+SELECT shard FROM outbox_relay_leases WHERE owner = :owner AND {{held_pairs}};
 
 -- name: lease_list
 SELECT shard, owner, token, lease_until > strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM outbox_relay_leases ORDER BY shard;
