@@ -302,7 +302,7 @@ SELECT CASE WHEN other THEN NULL ELSE tenant END AS tenant, other, sum(pending),
        TIMESTAMPDIFF(MICROSECOND, min(oldest), NOW(6)) / 1e6
 FROM ranked
 GROUP BY 1, 2
-ORDER BY 2, 3 DESC;
+ORDER BY 2, min(place);
 
 -- fragment: listed_ids
 -- The operator commands' ids: a JSON array, or NULL for any.

@@ -414,7 +414,7 @@ SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending)::bigint,
        extract(epoch FROM now() - min(oldest))::float8
 FROM ranked
 GROUP BY 1, 2
-ORDER BY 2, 3 DESC;
+ORDER BY 2, min(place);
 
 -- name: outbox_parked_list
 -- Operator view of parked rows; every filter is optional (NULL = any).

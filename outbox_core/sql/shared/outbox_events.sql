@@ -53,8 +53,12 @@ per_tenant AS (
     GROUP BY tenant
 ),
 ranked AS (
-    SELECT tenant, pending, oldest,
-           -- NULL first (the untenanted rows), written without NULLS FIRST, which MariaDB lacks.
-           row_number() OVER (ORDER BY pending DESC, tenant IS NOT NULL, tenant) > :top AS other
-    FROM per_tenant
+    -- place: the rank by pending rows, ties by tenant, NULL first (the untenanted rows;
+    -- written without NULLS FIRST, which MariaDB lacks). The gauges' rows are read in it.
+    SELECT tenant, pending, oldest, place, place > :top AS other
+    FROM (
+        SELECT tenant, pending, oldest,
+               row_number() OVER (ORDER BY pending DESC, tenant IS NOT NULL, tenant) AS place
+        FROM per_tenant
+    ) AS placed
 )

@@ -194,7 +194,7 @@ SELECT CASE WHEN other THEN NULL ELSE tenant END, other, sum(pending),
        (julianday('now') - julianday(min(oldest))) * 86400.0
 FROM ranked
 GROUP BY 1, 2
-ORDER BY 2, 3 DESC;
+ORDER BY 2, min(place);
 
 -- name: outbox_parked_list
 SELECT id, event_id, topic, key, event_type, attempts, last_error,
