@@ -103,6 +103,12 @@ def fleet(tmp_path: Path) -> Iterator[RelayFleet]:
 PER_KILL_S = 12
 
 
+def warnings_in(log: str) -> str:
+    """A relay log's warning and error lines (tracebacks left out), the last ones."""
+    lines = [ln[:200] for ln in log.splitlines() if " WARNING " in ln or " ERROR " in ln]
+    return "\n".join(lines[-30:])
+
+
 def require_managed_services() -> None:
     if not managed_services():
         pytest.skip(NOT_MANAGED)
@@ -665,6 +671,10 @@ async def test_database_restart_loses_nothing(
                 60,
                 "writers and the relay to see the database gone",
                 alive=relay.check_alive,
+                state=lambda: (
+                    f"writer errors {writers.errors - failed}; the relay's "
+                    f"warnings:\n{warnings_in(relay.log())}"
+                ),
             )
         restart_s = time.monotonic() - t0
         assert relay.proc.poll() is None, relay.log()[-3000:]

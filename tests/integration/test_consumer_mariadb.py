@@ -85,7 +85,19 @@ async def test_a_second_transaction_waits_for_the_first_and_applies_the_event_on
         a = asyncio.create_task(first.apply(group, event_id, holder, None))
         await until(holder.inside.is_set, 30, "the first handler inside its transaction")
         b = asyncio.create_task(second.apply(group, event_id, lambda e, s: ran.append(e), "second"))
-        await until(lambda: lock_waits(maria), 30, "the second waiting", blocking=True)
+
+        def second_alive() -> None:
+            if b.done():  # it ended without waiting: say why
+                raise AssertionError(f"the second ended before it waited: {b.result()!r}")
+
+        await until(
+            lambda: lock_waits(maria),
+            60,
+            "the second waiting",
+            blocking=True,
+            alive=second_alive,
+            state=lambda: maria.fetch("transactions_of_this_database"),
+        )
         holder.fail = not first_commits
         holder.release.set()
         if first_commits:

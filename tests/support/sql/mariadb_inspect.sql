@@ -237,3 +237,10 @@ KILL CONNECTION %(id)s;
 -- name: session_inserts
 -- INSERT statements this session has run (emit_batch sends one for a whole batch).
 SHOW SESSION STATUS LIKE 'Com_insert';
+
+-- name: transactions_of_this_database
+-- Each open transaction of this database: its state, what it runs, what it waits for.
+SELECT t.trx_state, t.trx_query, t.trx_requested_lock_id, p.command, p.state, p.time
+FROM information_schema.innodb_trx t
+JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+WHERE p.db = DATABASE();
