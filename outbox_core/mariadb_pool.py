@@ -107,6 +107,11 @@ class MariadbPool:
             raise DatabaseError(
                 f"no MariaDB connection within {self._timeout:g} s", retriable=True
             ) from None
+        except Exception as exc:
+            # A new connection refused (the server restarting) is the driver's error too:
+            # translated here as a statement's is, or it would pass the store untranslated
+            # and a lease round would end in its supervisor instead of "heartbeat failed".
+            raise classify(exc) from exc
 
     async def run(self, statement: Statement) -> Rows:
         rows: Rows = await self.run_plan(_single(statement))

@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from pydantic import SecretStr
 
-from outbox_core.mariadb_pool import session_init
+from outbox_core.errors import DatabaseError
+from outbox_core.executors import Statement
+from outbox_core.mariadb_pool import MariadbPool, session_init
 from outbox_core.queries import query
 from producer_lib import Outbox
 from relay.database import DatabaseSettings
@@ -22,6 +25,7 @@ from relay.ops import admin
 from relay.store import Failure, Store, TenantTurns
 from tests.support import mariadb
 from tests.support.db import Backend, mariadb_backend
+from tests.support.ops import tcp_gate
 from tests.support.stores import (
     SHARD_COUNT,
     claim,
@@ -198,3 +202,23 @@ async def test_a_relay_stopped_inside_its_settle_holds_no_shard_past_a_lock_wait
     finally:
         await store.close()
         stopped.close()
+
+
+async def test_a_connection_refused_is_a_retriable_database_error(maria: Backend) -> None:
+    """The server away: the connection in the pool is reset and a new one is refused.
+    Both reach the caller as outbox_core's retriable DatabaseError, never the driver's."""
+    parts = urlsplit(maria.target)
+    async with tcp_gate(f"{parts.hostname}:{parts.port}") as gate:
+        await gate.open()
+        through = parts._replace(netloc=f"{parts.netloc.rpartition('@')[0]}@{gate.address}")
+        pool = MariadbPool(through.geturl(), max_size=1, checkout_timeout_s=5)
+        await pool.open()
+        try:
+            assert await pool.run(Statement("outbox_count_unpublished")) == [(0,)]
+            gate.cut()
+            for _ in range(2):  # the reset connection, then a new one refused
+                with pytest.raises(DatabaseError) as caught:
+                    await pool.run(Statement("outbox_count_unpublished"))
+                assert caught.value.retriable, caught.value
+        finally:
+            await pool.close()
