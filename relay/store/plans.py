@@ -17,7 +17,15 @@ from typing import Literal
 from outbox_core.codec import Codec
 from outbox_core.database_url import Dialect
 from outbox_core.executors import Plan, Statement
-from relay.store.protocol import Backlog, Changed, Lease, ParkedRow, ReplayFilter, RowFilter
+from relay.store.protocol import (
+    Backlog,
+    Changed,
+    Lease,
+    ParkedRow,
+    ReplayFilter,
+    RowFilter,
+    TenantBacklog,
+)
 
 # The LIMIT of "every row" (a NULL limit is not portable).
 _UNBOUNDED = 2**62
@@ -39,20 +47,38 @@ def shard_count() -> Plan:
 EXACT = 2**62
 
 
-def backlog(
-    codec: Codec, shard_count: int, floors: Mapping[int, int], count_limit: int = EXACT
-) -> Plan:
-    """Backlog counts, each stopping at count_limit rows; floors: each shard's claim floor
-    (a shard not named: from 0)."""
+def _backlog_params(
+    codec: Codec, shard_count: int, floors: Mapping[int, int], count_limit: int
+) -> dict[str, object]:
+    """What both backlog statements walk: every shard from its claim floor (a shard not
+    named: from 0), at most count_limit rows."""
     shards = list(range(shard_count))
-    params = {
+    return {
         "shard_count": shard_count,  # SQLite
         "shards": codec.array(shards),
         "floors": codec.array([floors.get(shard, 0) for shard in shards]),
         "count_limit": count_limit,
     }
-    rows = yield Statement("outbox_backlog", params)
+
+
+def backlog(
+    codec: Codec, shard_count: int, floors: Mapping[int, int], count_limit: int = EXACT
+) -> Plan:
+    """Backlog counts, each stopping at count_limit rows."""
+    rows = yield Statement(
+        "outbox_backlog", _backlog_params(codec, shard_count, floors, count_limit)
+    )
     return Backlog.from_row(rows[0])
+
+
+def backlog_by_tenant(
+    codec: Codec, top: int, shard_count: int, floors: Mapping[int, int], count_limit: int
+) -> Plan:
+    """The top tenants by pending rows, and the rest together, over at most count_limit
+    pending rows."""
+    params = {"top": top, **_backlog_params(codec, shard_count, floors, count_limit)}
+    rows = yield Statement("outbox_backlog_by_tenant", params)
+    return [TenantBacklog.from_row(r) for r in rows]
 
 
 def lease_list() -> Plan:

@@ -403,17 +403,11 @@ class SqlStore:
     async def backlog_by_tenant(
         self, top: int, shard_count: int, count_limit: int
     ) -> list[TenantBacklog]:
-        shards = list(range(shard_count))
-        floors = [self._floors.get(shard, 0) for shard in shards]
-        c = self._codec
-        params = {
-            "top": top,
-            "shards": c.array(shards),
-            "floors": c.array(floors),
-            "count_limit": count_limit,
-        }
-        rows = await self._run(Statement("outbox_backlog_by_tenant", params), pool="side")
-        return [TenantBacklog.from_row(r) for r in rows]
+        plan = plans.backlog_by_tenant(self._codec, top, shard_count, self._floors, count_limit)
+        found: list[TenantBacklog] = await self._plan(
+            "outbox_backlog_by_tenant", plan, pool="side", write=False
+        )
+        return found
 
     async def lease_list(self) -> list[Lease]:
         leases: list[Lease] = await self._plan(
