@@ -283,9 +283,11 @@ def make_store(settings: DatabaseSettings, lanes: int = 1, replica: str | None =
 
 def _pool(settings: DatabaseSettings, role: PoolRole, lanes: int, replica: str | None) -> AsyncPool:
     db, side = settings.url, role == "side"
-    size = {"work": WORK_CONNECTIONS * lanes, "control": CONTROL_CONNECTIONS}.get(
-        role, SIDE_CONNECTIONS
-    )
+    size = {
+        "work": WORK_CONNECTIONS * lanes,
+        "control": CONTROL_CONNECTIONS,
+        "side": SIDE_CONNECTIONS,
+    }[role]
     checkout_s = CONTROL_CHECKOUT_S if role == "control" else WORK_CHECKOUT_S
     if db.dialect == "mariadb":
         # The timeouts as the server's own: a lock wait ends with a retriable error after
