@@ -157,3 +157,14 @@ def test_mysqlclient_build_deps_are_installed_only_when_missing(
     else:
         service_common.mysqlclient_build_deps()
     assert installs == ([["libmariadb-dev", "pkg-config"]] if root and not found else [])
+
+
+@pytest.mark.parametrize(
+    "argv", [["pause"], ["resume", "--only", "postgres"], ["pause", "--only", "mariadb"]]
+)
+def test_pause_and_resume_act_on_the_broker_alone(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Anything but `--only kafka` is refused before a signal is sent."""
+    assert services.main(argv) == 1
+    assert "--only kafka" in capsys.readouterr().err
