@@ -110,9 +110,11 @@ async def one_fleet(
     logdir: Path,
     floor_gather: float | None = None,
     floor_client: str = "aiokafka",
+    floor_kind: str = "take",
 ) -> FleetRun:
     """size relays, or with floor_gather bench/steady_floor.py's loop sleeping that long
-    on floor_client, on a private database and topic."""
+    on floor_client (floor_kind settle: its at-least-once loop), on a private database and
+    topic."""
     prefix = f"bench-fleet-{uuid.uuid4().hex[:8]}."
     async with contextlib.AsyncExitStack() as stack:
         url, dbname = stack.enter_context(private_database(args.database_url, "bench_fleet"))
@@ -142,7 +144,11 @@ async def one_fleet(
             )
             cmd = [sys.executable, "-m", "bench", "steady_floor", "--gather-s", str(floor_gather)]
             cmd += ["--client", floor_client]
-            procs.append(launch(f"floor-{floor_gather:g}-{floor_client}", cmd, env, logdir))
+            if floor_kind == "settle":
+                label += " settle"
+                cmd.append("--settle")
+            name = f"floor-{floor_gather:g}-{floor_client}-{floor_kind}"
+            procs.append(launch(name, cmd, env, logdir))
             ports = []
 
         async def arrived(wanted: range, timeout_s: float) -> dict[int, float]:
@@ -208,9 +214,10 @@ async def run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir or f"/tmp/relay-fleet-{uuid.uuid4().hex[:8]}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
     runs = [await one_fleet(args, size, logdir) for size in args.fleets]
-    for client in args.floor_clients:
-        for gather in args.floor_gathers:
-            runs.append(await one_fleet(args, 1, logdir, gather, client))
+    for kind in args.floor_kinds:
+        for client in args.floor_clients:
+            for gather in args.floor_gathers:
+                runs.append(await one_fleet(args, 1, logdir, gather, client, kind))
     first = runs[0]
     print()
     print(
@@ -250,6 +257,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the floor loop's Kafka clients, each run with every --floor-gathers "
         "(aiokafka, librdkafka: needs confluent-kafka)",
     )
+    p.add_argument(
+        "--floor-kinds",
+        type=lambda s: [k for k in s.split(",") if k],
+        default=["take"],
+        help="the floor loops run: take (its rows deleted before the send) and settle "
+        "(deleted after Kafka's ack: at least once, a second statement a cycle)",
+    )
     p.add_argument("--active-replicas", type=int, default=1, help="OUTBOX_ACTIVE_REPLICAS")
     p.add_argument("--idle-s", type=float, default=30.0, help="idle time measured")
     p.add_argument(
@@ -266,6 +280,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--floor-gathers takes sleeps of 0 s or more")
     if not args.floor_clients or set(args.floor_clients) - {"aiokafka", "librdkafka"}:
         p.error("--floor-clients takes a comma list of aiokafka and librdkafka")
+    if not args.floor_kinds or set(args.floor_kinds) - {"take", "settle"}:
+        p.error("--floor-kinds takes a comma list of take and settle")
     return args
 
 

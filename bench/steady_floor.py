@@ -6,6 +6,10 @@ record batch per partition, acks=all, idempotent, as the relay's producer), then
 sleeps --gather-s. No leases, no settle, no floors, no metrics, no ordering beyond the
 batch: whatever the relay does beyond this loop is what its design adds.
 
+That loop loses the rows of a cycle it crashes in. With --settle it loses nothing: it
+reads the rows, sends them, then deletes them, a second statement a cycle, the fewest an
+at-least-once relay needs (still no leases, fencing or retries).
+
 bench/relay_fleet.py runs it with --floor-gathers beside the relay, in the same run:
 
     .venv/bin/python -m bench steady_floor --gather-s 0.01   # reads OUTBOX_DATABASE_URL,
@@ -138,6 +142,19 @@ async def cycle(
     return len(rows)
 
 
+async def settled_cycle(
+    conn: Any, sender: AiokafkaSender | LibrdkafkaSender, prefix: str, limit: int
+) -> int:
+    """--settle: read, send, then delete what Kafka acked (two statements a cycle)."""
+    rows = await conn.fetch(Q["floor_read"], limit)
+    if rows:
+        await sender.send(
+            [(prefix + topic, key.encode(), bytes(value)) for _, topic, key, value in rows]
+        )
+        await conn.execute(Q["floor_settle"], [row_id for row_id, *_ in rows])
+    return len(rows)
+
+
 async def run(args: argparse.Namespace) -> int:
     conn = await asyncpg.connect(os.environ["OUTBOX_DATABASE_URL"])
     client = AiokafkaSender if args.client == "aiokafka" else LibrdkafkaSender
@@ -150,7 +167,7 @@ async def run(args: argparse.Namespace) -> int:
     cycles = rows = 0
     try:
         while True:
-            got = await cycle(conn, sender, prefix, args.limit)
+            got = await (settled_cycle if args.settle else cycle)(conn, sender, prefix, args.limit)
             cycles, rows = cycles + 1, rows + got
             if cycles % 1000 == 0:
                 print(f"{cycles} cycles, {rows} rows", flush=True)
@@ -169,6 +186,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=("aiokafka", "librdkafka"),
         default="aiokafka",
         help="the Kafka client: the relay's, or confluent-kafka (pip install confluent-kafka)",
+    )
+    p.add_argument(
+        "--settle",
+        action="store_true",
+        help="at least once: read the rows, send them, then delete them (two statements a "
+        "cycle) instead of deleting them before the send",
     )
     # bench/large_events.py passes the rows the relay's byte budget would claim.
     args = p.parse_args(argv)

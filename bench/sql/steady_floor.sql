@@ -8,3 +8,14 @@ DELETE FROM outbox_events
 WHERE id IN (SELECT id FROM outbox_events WHERE status = 'pending'
              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING topic, key, payload;
+
+-- name: floor_read
+-- The at-least-once floor (--settle): read up to $1 pending rows in id order without
+-- changing them; floor_settle removes them once Kafka has acked them, so a crash between
+-- the two sends them again instead of losing them. One loop, so no row is read twice
+-- while in flight: the fewest statements a relay that loses nothing needs.
+SELECT id, topic, key, payload FROM outbox_events
+WHERE status = 'pending' ORDER BY id LIMIT $1;
+
+-- name: floor_settle
+DELETE FROM outbox_events WHERE id = ANY($1::bigint[]);
