@@ -99,7 +99,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--latency-variants",
         type=lambda text: text.split(","),
         default=list(LATENCY_VARIANTS),
-        help=f"of the commit-to-visible part, a comma list of {', '.join(LATENCY_VARIANTS)}",
+        help="of the commit-to-visible part, a comma list of "
+        f"{', '.join(LATENCY_VARIANTS)}, each once",
     )
     p.add_argument(
         "--floor-gather-s",
@@ -119,8 +120,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.events < 1000 or args.rounds < 1 or args.partitions < 1:
         p.error("--rounds and --partitions must be at least 1, --events 1000")
     unknown = [v for v in args.latency_variants if v not in LATENCY_VARIANTS]
-    if unknown or not args.latency_variants:
-        p.error(f"--latency-variants takes a comma list of {', '.join(LATENCY_VARIANTS)}")
+    if unknown or len(set(args.latency_variants)) < len(args.latency_variants):
+        p.error(
+            f"--latency-variants takes a comma list of {', '.join(LATENCY_VARIANTS)}, each once"
+        )
     if not 0 <= args.floor_gather_s <= 1:
         p.error("--floor-gather-s takes 0 to 1 s")
     if not args.latency_bar > 0:

@@ -84,3 +84,43 @@ def test_a_client_the_floor_does_not_have_is_refused(
     assert "--floor-clients" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         steady_floor.parse_args(["--client", hostile])
+
+
+def test_the_floor_is_transactional_only_when_asked() -> None:
+    assert steady_floor.parse_args([]).transactions is False
+    assert steady_floor.parse_args(["--transactions"]).transactions is True
+
+
+def test_transactions_on_librdkafka_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        steady_floor.parse_args(["--transactions", "--client", "librdkafka"])
+    assert exit_.value.code == 2
+    assert "--transactions" in capsys.readouterr().err
+
+
+async def test_the_transactional_floor_sends_transactional_batches_and_retries_quickly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aiokafka.producer import sender
+    from aiokafka.record.default_records import DefaultRecordBatch
+
+    monkeypatch.setattr(sender, "BACKOFF_OVERRIDE", sender.BACKOFF_OVERRIDE)
+    plain = steady_floor.AiokafkaSender("127.0.0.1:1", 1 << 20)
+    assert sender.BACKOFF_OVERRIDE == 0.02  # aiokafka's own, until a transactional floor
+    transactional = steady_floor.AiokafkaSender("127.0.0.1:1", 1 << 20, "floor-t")
+    assert sender.BACKOFF_OVERRIDE == 0.002  # the relay's (relay/transport/aiokafka_adapter.py)
+    for floor, flag in ((plain, False), (transactional, True)):
+        batch = floor.producer.create_batch()
+        batch.append(timestamp=None, key=b"k", value=b"v")
+        assert DefaultRecordBatch(bytes(batch._build())).is_transactional is flag
+
+
+def test_the_transactional_floor_takes_the_relay_s_prefix_or_an_id_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OUTBOX_KAFKA_TRANSACTIONAL_ID_PREFIX", "bench-r1")
+    assert steady_floor.transactional_id() == "bench-r1-floor"
+    monkeypatch.delenv("OUTBOX_KAFKA_TRANSACTIONAL_ID_PREFIX")
+    first, second = steady_floor.transactional_id(), steady_floor.transactional_id()
+    assert first.startswith("steady-floor-")
+    assert first != second
