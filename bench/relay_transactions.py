@@ -16,6 +16,20 @@ markers too, so the window's record count is not used. The audit reads the topic
 read_uncommitted: an aborted transaction's records would count as duplicates there (a
 drain without faults aborts none). Exits 1 when a drain lost or reordered events, or when
 the transactional drain's median is below --bar of the plain one's.
+
+Commit to visible (--latency-rates): bench/compare/latency.py's offered loads, received
+read_committed from a transactional variant, for each of --latency-variants:
+- plain, transactions: the relay, as in the drains;
+- floor, floor-transactions: the cheapest loop doing the same work, bench/steady_floor.py
+  (one delete-returning statement, one produce request a cycle; with --transactions each
+  cycle's sends one Kafka transaction), launched as the relay is, in its place.
+The floor sleeps --floor-gather-s after each cycle. Its default is the relay's
+probe_gather_s: at these loads a relay cycle finds fewer than probe_gather_rows rows, so
+the relay starts a cycle every probe_gather_s (relay/pipeline/loop.py). The relay counts
+that wait from the cycle's start, the floor from its end, so the floor's cycles are never
+closer together than the relay's: its pacing does not flatter it. The printout ends with
+p99 transactions / plain at each rate, for the relay and for the floor, against
+--latency-bar (reported; the exit status is the drain's alone).
 """
 
 from __future__ import annotations
@@ -33,14 +47,20 @@ from bench.compare.common import say
 from bench.compare.context import Context
 from bench.compare.drain import Drain
 from bench.compare.latency import LatencyPoint
-from bench.compare.ours import drain_relay, latency_ours
+from bench.compare.ours import drain_relay, latency_floor, latency_ours
 from bench.compare.services import Services
 from bench.formats.drains import unsound
 from bench.shared.cli import add_logdir, add_services, check_services, parser, run_guarded
 from bench.shared.procstat import loadavg
 from bench.shared.tables import markdown_table
+from relay.config import field_help
 
 VARIANTS = ("plain", "transactions")
+# Each transactional latency variant beside its plain twin: the relay's, the floor's.
+LATENCY_PAIRS = {"relay": ("plain", "transactions"), "floor": ("floor", "floor-transactions")}
+LATENCY_VARIANTS = tuple(v for pair in LATENCY_PAIRS.values() for v in pair)
+# The relay's default, not its environment's: relay_env launches it without OUTBOX_* settings.
+RELAY_GATHER_S = float(next(d for _, env, _, d in field_help() if env == "OUTBOX_PROBE_GATHER_S"))
 
 
 def variant_env(variant: str, run_id: str, round_no: int) -> dict[str, str]:
@@ -75,11 +95,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--latency-seconds", type=float, default=20.0)
     p.add_argument("--latency-warmup-s", type=float, default=2.0)
+    p.add_argument(
+        "--latency-variants",
+        type=lambda text: text.split(","),
+        default=list(LATENCY_VARIANTS),
+        help="of the commit-to-visible part, a comma list of "
+        f"{', '.join(LATENCY_VARIANTS)}, each once",
+    )
+    p.add_argument(
+        "--floor-gather-s",
+        type=float,
+        default=RELAY_GATHER_S,
+        help="the floor loop's sleep after each cycle (default: the relay's probe_gather_s)",
+    )
+    p.add_argument(
+        "--latency-bar",
+        type=float,
+        default=2.0,
+        help="p99 transactions / plain, at most (reported, not the exit status)",
+    )
     add_logdir(p)
     args = p.parse_args(argv)
     check_services(p, args)
     if args.events < 1000 or args.rounds < 1 or args.partitions < 1:
         p.error("--rounds and --partitions must be at least 1, --events 1000")
+    unknown = [v for v in args.latency_variants if v not in LATENCY_VARIANTS]
+    if unknown or len(set(args.latency_variants)) < len(args.latency_variants):
+        p.error(
+            f"--latency-variants takes a comma list of {', '.join(LATENCY_VARIANTS)}, each once"
+        )
+    if not 0 <= args.floor_gather_s <= 1:
+        p.error("--floor-gather-s takes 0 to 1 s")
+    if not args.latency_bar > 0:
+        p.error("--latency-bar must be above 0")
     return args
 
 
@@ -126,6 +174,33 @@ def latency_table(latency: dict[str, list[LatencyPoint]]) -> list[str]:
     return markdown_table(rows, 1)
 
 
+def latency_ratios(latency: dict[str, list[LatencyPoint]], bar: float) -> list[str]:
+    """p99 transactions / plain at each rate, of the relay and of the floor (where both
+    variants of the pair were measured)."""
+    lines = []
+    for name, (plain, with_tx) in LATENCY_PAIRS.items():
+        if plain not in latency or with_tx not in latency:
+            continue
+        for p, t in zip(latency[plain], latency[with_tx], strict=True):
+            ratio = t.p99_ms / p.p99_ms if p.p99_ms > 0 else float("nan")
+            verdict = "meets" if ratio <= bar else "misses"
+            lines.append(
+                f"p99 transactions / plain, {name} @ {p.offered:,.0f}/s: {t.p99_ms:.1f} / "
+                f"{p.p99_ms:.1f} ms = {ratio:.2f} ({verdict} the {bar:g}x bar)"
+            )
+    return lines
+
+
+async def variant_latency(
+    ctx: Context, variant: str, run_id: str, args: argparse.Namespace
+) -> list[LatencyPoint]:
+    transactional = variant in ("transactions", "floor-transactions")
+    env = variant_env("transactions" if transactional else "plain", run_id, args.rounds)
+    if variant.startswith("floor"):
+        return await latency_floor(ctx, variant, args.floor_gather_s, transactional, env)
+    return await latency_ours(ctx, variant, env)
+
+
 async def run(args: argparse.Namespace, run_id: str, logdir: Path) -> int:
     say(f"run {run_id}: logs in {logdir}; load average {loadavg()}")
     services = Services(args.database_url, args.bootstrap, own=False)
@@ -143,9 +218,8 @@ async def run(args: argparse.Namespace, run_id: str, logdir: Path) -> int:
                 say(
                     f"drain {variant} (round {round_no + 1}): {rate(d):,.0f} events/s, load {d.loadavg}"
                 )
-        for variant in VARIANTS if args.latency_rates else ():
-            env = variant_env(variant, run_id, args.rounds)
-            latency[variant] = await latency_ours(ctx, variant, env)
+        for variant in args.latency_variants if args.latency_rates else ():
+            latency[variant] = await variant_latency(ctx, variant, run_id, args)
     finally:
         await ctx.close()
     print(
@@ -155,6 +229,7 @@ async def run(args: argparse.Namespace, run_id: str, logdir: Path) -> int:
     )
     if latency:
         print("\n".join(["Commit to a read_committed consumer:", "", *latency_table(latency), ""]))
+        print("\n".join([*latency_ratios(latency, args.latency_bar), ""]))
     failed = False
     broken = unsound(drains, args.events)
     if broken:

@@ -10,6 +10,12 @@ That loop loses the rows of a cycle it crashes in. With --settle it loses nothin
 reads the rows, sends them, then deletes them, a second statement a cycle, the fewest an
 at-least-once relay needs (still no leases, fencing or retries).
 
+With --transactions the producer is transactional (its id OUTBOX_KAFKA_TRANSACTIONAL_ID_PREFIX
+plus "-floor", or a random one) and each cycle's sends are one Kafka transaction: begun,
+sent, committed before the loop sleeps (the relay's kafka_transactions without its
+progress record and its fencing). bench/relay_transactions.py measures both beside the
+relay's commit-to-visible latency.
+
 bench/relay_fleet.py runs it with --floor-gathers beside the relay, in the same run:
 
     .venv/bin/python -m bench steady_floor --gather-s 0.01   # reads OUTBOX_DATABASE_URL,
@@ -22,12 +28,14 @@ import argparse
 import asyncio
 import os
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.producer import sender as aiokafka_sender
 
 from bench.shared.cli import parser
 from bench.shared.database import load_sql
@@ -40,16 +48,27 @@ Record = tuple[str, bytes, bytes]  # topic, key, value
 
 
 class AiokafkaSender:
-    """The relay's client: one record batch per partition, submitted at once."""
+    """The relay's client: one record batch per partition, submitted at once; with a
+    transactional_id, each send() one transaction (create_batch() then flags the batches
+    transactional, and send_batch adds their partitions to the transaction)."""
 
-    def __init__(self, bootstrap: str, max_request_size: int) -> None:
+    def __init__(
+        self, bootstrap: str, max_request_size: int, transactional_id: str | None = None
+    ) -> None:
         self.producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
             acks="all",
             enable_idempotence=True,
             linger_ms=0,
             max_request_size=max_request_size,
+            transactional_id=transactional_id,
         )
+        self.transactional = transactional_id is not None
+        if self.transactional:
+            # As the relay does (relay/transport/aiokafka_adapter.py): a transaction begun
+            # right after a commit asks for its partitions again after 2 ms, not aiokafka's
+            # 20, when the coordinator is still writing the previous commit's markers.
+            aiokafka_sender.BACKOFF_OVERRIDE = 0.002
         self.partitions: dict[str, list[int]] = {}  # topic -> its partitions, looked up once
 
     async def start(self) -> None:
@@ -59,6 +78,18 @@ class AiokafkaSender:
         await self.producer.stop()
 
     async def send(self, records: list[Record]) -> None:
+        if not self.transactional:
+            await self._send(records)
+            return
+        await self.producer.begin_transaction()
+        try:
+            await self._send(records)
+        except Exception:
+            await self.producer.abort_transaction()
+            raise
+        await self.producer.commit_transaction()
+
+    async def _send(self, records: list[Record]) -> None:
         producer = self.producer
         batches: dict[tuple[str, int], Any] = {}
         sent: list[asyncio.Future[Any]] = []
@@ -157,11 +188,15 @@ async def settled_cycle(
 
 async def run(args: argparse.Namespace) -> int:
     conn = await asyncpg.connect(os.environ["OUTBOX_DATABASE_URL"])
-    client = AiokafkaSender if args.client == "aiokafka" else LibrdkafkaSender
-    sender = client(
-        os.environ["OUTBOX_KAFKA_BOOTSTRAP_SERVERS"],
-        int(os.environ.get("OUTBOX_KAFKA_MAX_REQUEST_SIZE", "1048576")),
-    )
+    bootstrap = os.environ["OUTBOX_KAFKA_BOOTSTRAP_SERVERS"]
+    max_request_size = int(os.environ.get("OUTBOX_KAFKA_MAX_REQUEST_SIZE", "1048576"))
+    sender: AiokafkaSender | LibrdkafkaSender
+    if args.client == "librdkafka":
+        sender = LibrdkafkaSender(bootstrap, max_request_size)
+    else:
+        sender = AiokafkaSender(
+            bootstrap, max_request_size, transactional_id() if args.transactions else None
+        )
     await sender.start()
     prefix = os.environ.get("OUTBOX_TOPIC_PREFIX", "")
     cycles = rows = 0
@@ -175,6 +210,13 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await sender.stop()
         await conn.close()
+
+
+def transactional_id() -> str:
+    """The relay's prefix when the bench gives one (the broker's ACLs, if any, name it),
+    else a random id: never another producer's, which the init would fence."""
+    prefix = os.environ.get("OUTBOX_KAFKA_TRANSACTIONAL_ID_PREFIX")
+    return f"{prefix}-floor" if prefix else f"steady-floor-{uuid.uuid4().hex[:12]}"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -193,10 +235,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="at least once: read the rows, send them, then delete them (two statements a "
         "cycle) instead of deleting them before the send",
     )
+    p.add_argument(
+        "--transactions",
+        action="store_true",
+        help="each cycle's sends in one Kafka transaction (aiokafka only)",
+    )
     # bench/large_events.py passes the rows the relay's byte budget would claim.
     args = p.parse_args(argv)
     if args.gather_s < 0 or args.limit < 1:
         p.error("--gather-s must be >= 0 and --limit >= 1")
+    if args.transactions and args.client != "aiokafka":
+        p.error("--transactions runs on the relay's client only: --client aiokafka")
     return args
 
 

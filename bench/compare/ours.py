@@ -1,7 +1,8 @@
 """Contenders "ours", "ours2", "ours-delete" and "ours-mariadb": `python -m relay.cli run` with
 every setting at its default, one process or two (replicas) on the same database, one
 process with retention=delete, or one process on a MariaDB outbox; and the offered-load
-latency of "ours" and "ours-mariadb"."""
+latency of "ours" and "ours-mariadb", and of bench/steady_floor.py's loop launched the same
+way (bench/relay_transactions.py's floor)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from bench.compare.latency import LatencyPoint, offered_loads, warm_rows
 from bench.shared.processes import Proc, launch, relay_env
 
 RELAY = [PYTHON, "-m", "relay.cli", "run"]
+FLOOR = [PYTHON, "-m", "bench", "steady_floor"]
 
 
 async def drain_relay(
@@ -55,12 +57,37 @@ async def latency_ours(
     """contender: ours (Postgres) or ours-mariadb; settings: as drain_relay's
     (bench/relay_transactions.py: Kafka transactions, the events then received
     read_committed)."""
+    transactional = (settings or {}).get("OUTBOX_KAFKA_TRANSACTIONS") == "true"
+    return await latency_of(ctx, contender, RELAY, settings, transactional)
+
+
+async def latency_floor(
+    ctx: Context,
+    contender: str,
+    gather_s: float,
+    transactional: bool,
+    settings: Mapping[str, str] | None = None,
+) -> list[LatencyPoint]:
+    """bench/steady_floor.py's loop sleeping gather_s, its sends one Kafka transaction a
+    cycle when transactional (then received read_committed), in the relay's place."""
+    cmd = [*FLOOR, "--gather-s", str(gather_s), *(["--transactions"] if transactional else [])]
+    return await latency_of(ctx, contender, cmd, settings, transactional)
+
+
+async def latency_of(
+    ctx: Context,
+    contender: str,
+    cmd: list[str],
+    settings: Mapping[str, str] | None,
+    transactional: bool,
+) -> list[LatencyPoint]:
+    """cmd run on a fresh database and topic with the relay's environment (and settings),
+    the outbox warmed first, then measured at the offered loads."""
     url, prefix, topic = await ctx.fresh(contender, LATENCY_SUFFIX)
     # A table that has seen traffic: the backlog loaded and analyzed, drained as warm-up.
     ctx.load(url, warm_rows(ctx))
     env = {**relay_env(url, ctx.services.bootstrap, prefix), **(settings or {})}
-    proc = launch(f"{contender}-latency", RELAY, env, ctx.logdir)
-    transactional = (settings or {}).get("OUTBOX_KAFKA_TRANSACTIONS") == "true"
+    proc = launch(f"{contender}-latency", cmd, env, ctx.logdir)
     try:
         return await offered_loads(contender, url, topic, ctx, proc, transactional)
     finally:

@@ -2,7 +2,8 @@
 that proves it and nothing about speed.
 
 tenant_fairness launches relays and writers in every configuration; large_events samples
-a relay's memory; relay_fleet runs steady_floor's loop beside a relay; relay_latency
+a relay's memory; relay_fleet runs steady_floor's loop beside a relay; relay_transactions
+measures steady_floor's loop plain and transactional, read read_committed; relay_latency
 measures an idle relay and a steady load; record_formats runs Debezium beside the relay's
 debezium format and drains once per format; relay_compare drains and loads the relay on
 MariaDB beside Postgres. Each runs here against the test services, its output checked for
@@ -159,6 +160,35 @@ def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
         # Percent of one core, all relays together: at most every core of the machine.
         assert 0 < steady_cpu <= 100 * (os.cpu_count() or 1), output
         assert missing == 0, output
+
+
+@pytest.mark.timeout(200)
+def test_the_transactions_bench_measures_the_floor_loop_plain_and_transactional(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
+    """The floor's transactional loop commits what it sends: a read_committed consumer
+    receives every event (a transaction never committed would leave them missing)."""
+    output = run_bench(
+        [
+            *("-m", "bench", "relay_transactions", "--events", "1000", "--rounds", "1"),
+            *("--partitions", "2", "--bar", "0", "--latency-variants", "floor,floor-transactions"),
+            *("--latency-rates", "200", "--latency-seconds", "2", "--latency-warmup-s", "1"),
+        ],
+        {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+        190,
+    )
+    rows = {
+        cells[0]: cells
+        for line in output.splitlines()
+        if line.startswith(("| floor ", "| floor-transactions "))
+        for cells in [table_cells(line)]
+    }
+    assert set(rows) == {"floor", "floor-transactions"}, output
+    for cells in rows.values():
+        assert int(cells[2]) > 0, output  # committed/s
+        assert float(cells[4]) > 0, output  # p99 ms
+        assert cells[6] == "0", output  # missing
+    assert "p99 transactions / plain, floor @ 200/s: " in output, output
 
 
 @pytest.mark.timeout(200)

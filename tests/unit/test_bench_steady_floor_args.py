@@ -1,12 +1,17 @@
-"""bench/steady_floor.py's loop and its place in bench/relay_fleet.py and
-bench/large_events.py (beside Postgres alone): the arguments each takes, and the hostile
-ones refused before anything starts."""
+"""bench/steady_floor.py's loop and its place in bench/relay_fleet.py,
+bench/large_events.py (beside Postgres alone) and bench/relay_transactions.py (the relay
+and the loop, each plain and transactional, and the ratio lines that run ends with): the
+arguments each takes, and the hostile ones refused before anything starts."""
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 
-from bench import large_events, relay_fleet, steady_floor
+from bench import large_events, relay_fleet, relay_transactions, steady_floor
+from bench.compare.latency import LatencyPoint
+from relay.config import field_help
 
 
 @pytest.fixture(autouse=True)
@@ -24,14 +29,31 @@ def test_the_floor_sleeps_a_hundredth_and_takes_up_to_500_rows_by_default() -> N
 
 
 @pytest.mark.parametrize(
-    "hostile",
-    [["--gather-s", "-0.001"], ["--limit", "0"], ["--limit", "-5"], ["--gather-s", "soon"]],
+    ("bench", "hostile"),
+    [
+        (steady_floor, ["--gather-s", "-0.001"]),
+        (steady_floor, ["--limit", "0"]),
+        (steady_floor, ["--limit", "-5"]),
+        (steady_floor, ["--gather-s", "soon"]),
+        # The transactional loop is the relay's client's: confluent-kafka's is not written.
+        (steady_floor, ["--transactions", "--client", "librdkafka"]),
+        (relay_transactions, ["--latency-variants", ""]),
+        (relay_transactions, ["--latency-variants", "floor,debezium"]),
+        (relay_transactions, ["--latency-variants", "Floor"]),
+        (relay_transactions, ["--latency-variants", "floor;plain"]),
+        (relay_transactions, ["--latency-variants", "floor,floor"]),
+        (relay_transactions, ["--floor-gather-s", "-0.01"]),
+        (relay_transactions, ["--floor-gather-s", "5"]),
+        (relay_transactions, ["--floor-gather-s", "soon"]),
+        (relay_transactions, ["--latency-bar", "0"]),
+        (relay_transactions, ["--latency-bar", "nan"]),
+    ],
 )
-def test_the_floor_refuses_a_sleep_or_a_limit_it_cannot_run(
-    hostile: list[str], capsys: pytest.CaptureFixture[str]
+def test_the_floor_refuses_what_it_cannot_run_and_so_does_the_transactions_bench(
+    bench: ModuleType, hostile: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
-        steady_floor.parse_args(hostile)
+        bench.parse_args(hostile)
     assert exit_.value.code == 2
     assert hostile[0] in capsys.readouterr().err
 
@@ -84,3 +106,73 @@ def test_a_client_the_floor_does_not_have_is_refused(
     assert "--floor-clients" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         steady_floor.parse_args(["--client", hostile])
+
+
+def test_the_floor_is_transactional_only_when_asked() -> None:
+    assert steady_floor.parse_args([]).transactions is False
+    assert steady_floor.parse_args(["--transactions"]).transactions is True
+
+
+async def test_the_transactional_floor_sends_transactional_batches_and_retries_quickly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aiokafka.producer import sender
+    from aiokafka.record.default_records import DefaultRecordBatch
+
+    monkeypatch.setattr(sender, "BACKOFF_OVERRIDE", sender.BACKOFF_OVERRIDE)
+    plain = steady_floor.AiokafkaSender("127.0.0.1:1", 1 << 20)
+    assert sender.BACKOFF_OVERRIDE == 0.02  # aiokafka's own, until a transactional floor
+    transactional = steady_floor.AiokafkaSender("127.0.0.1:1", 1 << 20, "floor-t")
+    assert sender.BACKOFF_OVERRIDE == 0.002  # the relay's (relay/transport/aiokafka_adapter.py)
+    for floor, flag in ((plain, False), (transactional, True)):
+        batch = floor.producer.create_batch()
+        batch.append(timestamp=None, key=b"k", value=b"v")
+        assert DefaultRecordBatch(bytes(batch._build())).is_transactional is flag
+
+
+def test_the_transactional_floor_takes_the_relay_s_prefix_or_an_id_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OUTBOX_KAFKA_TRANSACTIONAL_ID_PREFIX", "bench-r1")
+    assert steady_floor.transactional_id() == "bench-r1-floor"
+    monkeypatch.delenv("OUTBOX_KAFKA_TRANSACTIONAL_ID_PREFIX")
+    first, second = steady_floor.transactional_id(), steady_floor.transactional_id()
+    assert first.startswith("steady-floor-")
+    assert first != second
+
+
+def test_the_relay_and_the_floor_are_measured_each_plain_and_transactional() -> None:
+    args = relay_transactions.parse_args([])
+    assert args.latency_variants == ["plain", "transactions", "floor", "floor-transactions"]
+    assert args.latency_bar == 2.0
+    args = relay_transactions.parse_args(
+        ["--latency-variants", "floor-transactions,floor", "--floor-gather-s", "0"]
+    )
+    assert args.latency_variants == ["floor-transactions", "floor"]
+    assert args.floor_gather_s == 0.0
+
+
+def test_the_floor_paces_its_cycles_by_the_relay_s_gather_unless_told() -> None:
+    (relay_gather,) = [d for _, env, _, d in field_help() if env == "OUTBOX_PROBE_GATHER_S"]
+    assert relay_transactions.parse_args([]).floor_gather_s == float(relay_gather)
+
+
+def point(variant: str, offered: float, p99_ms: float) -> LatencyPoint:
+    return LatencyPoint(variant, offered, offered, 1000, 0, p99_ms / 2, p99_ms, p99_ms)
+
+
+def test_the_ratio_lines_put_each_transactional_p99_over_its_plain_twin_s() -> None:
+    latency = {
+        "plain": [point("plain", 500, 10.0), point("plain", 2000, 20.0)],
+        "transactions": [point("transactions", 500, 50.0), point("transactions", 2000, 40.0)],
+        "floor": [point("floor", 500, 10.0), point("floor", 2000, 30.0)],
+        "floor-transactions": [point("floor-transactions", 500, 15.0), point("ft", 2000, 90.0)],
+    }
+    assert relay_transactions.latency_ratios(latency, 2.0) == [
+        "p99 transactions / plain, relay @ 500/s: 50.0 / 10.0 ms = 5.00 (misses the 2x bar)",
+        "p99 transactions / plain, relay @ 2,000/s: 40.0 / 20.0 ms = 2.00 (meets the 2x bar)",
+        "p99 transactions / plain, floor @ 500/s: 15.0 / 10.0 ms = 1.50 (meets the 2x bar)",
+        "p99 transactions / plain, floor @ 2,000/s: 90.0 / 30.0 ms = 3.00 (misses the 2x bar)",
+    ]
+    del latency["floor"]  # a pair not measured whole has no ratio
+    assert len(relay_transactions.latency_ratios(latency, 2.0)) == 2
