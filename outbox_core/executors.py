@@ -127,8 +127,9 @@ def bind(driver: Driver, dialect: Dialect, statement: Statement) -> tuple[str, A
         numbered_query = numbered(dialect, statement.query)
         names = numbered_query.names
         if statement.many:
-            return numbered_query.sql, [tuple(p[n] for n in names) for p in _many(statement)]
-        params = _one(statement)
+            many = [for_driver(driver, p) for p in _many(statement)]
+            return numbered_query.sql, [tuple(p[n] for n in names) for p in many]
+        params = for_driver(driver, _one(statement))
         return numbered_query.sql, tuple(params[n] for n in names)
     sql = query(dialect, statement.query)
     if statement.together:
@@ -260,7 +261,24 @@ class AsyncpgExecutor:
             if statement.many:
                 await self.conn.executemany(sql, args)
                 return []
-            return [tuple(r) for r in await self.conn.fetch(sql, *args)]
+            records = await self.conn.fetch(sql, *args)
+            rows = [tuple(r) for r in records]
+            if not statement.named:
+                return rows
+            columns = _ASYNCPG_COLUMNS.get(sql)
+            if columns is None:
+                if records:
+                    columns = tuple(records[0].keys())
+                else:  # no row to read the names from: the statement's description
+                    prepared = await self.conn.prepare(sql)
+                    columns = tuple(a.name for a in prepared.get_attributes())
+                _ASYNCPG_COLUMNS[sql] = columns
+            return NamedRows(rows, columns)
+
+
+# A statement's result columns, by its SQL: asyncpg gives them with each row, and an
+# empty result has none to give them with.
+_ASYNCPG_COLUMNS: dict[str, tuple[str, ...]] = {}
 
 
 class PyMysqlExecutor:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from outbox_core.asyncpg_pool import AsyncpgPool
 from outbox_core.database_url import DatabaseUrl, Dialect, supported, unsupported
 from outbox_core.errors import ConfigurationError
 from outbox_core.executors import AsyncPool
@@ -302,7 +303,10 @@ def _pool(settings: DatabaseSettings, role: PoolRole, lanes: int, replica: str |
             open_wait_s=OPEN_WAIT_S,
             init_command=init,
         )
-    return PostgresPool(
+    # The lanes' claims and settles, many a second, on asyncpg (outbox_core/asyncpg_pool.py
+    # says why); the rest on psycopg, whose pool the operator's and side statements share.
+    pool = AsyncpgPool if role == "work" else PostgresPool
+    return pool(
         db.url,
         max_size=size,
         checkout_timeout_s=checkout_s,

@@ -23,14 +23,19 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 
 from outbox_core.kafka_security import KafkaSecurity
 from relay.errors import RelayConfigError
@@ -141,17 +146,24 @@ class ProgressTopic:
                     response = await admin.create_topics([topic])
                     _refused_creation(self.topic, response)
                     log.info("progress topic created", extra={"topic": self.topic})
-            policy = await _cleanup_policy(admin, self.topic)
+            policy = await _until_known(
+                self.topic, lambda: _cleanup_policy(admin, self.topic), self._known_wait_s()
+            )
             if "compact" not in policy.split(","):
                 raise ProgressTopicRefused(
                     f"kafka_progress_topic {self.topic!r} has cleanup.policy={policy}; it "
                     "must be compact (a delete policy can drop the record a shard's next "
                     "owner needs): alter the topic or name another"
                 )
-            return await _partitions(admin, self.topic)
+            return await _until_known(
+                self.topic, lambda: _partitions(admin, self.topic), self._known_wait_s()
+            )
         finally:
             with contextlib.suppress(Exception):
                 await admin.close()
+
+    def _known_wait_s(self) -> float:
+        return self._settings.request_timeout_ms / 1000
 
     async def _start_readers(self, found: list[int]) -> list[TopicPartition]:
         options = {**self._options(), "enable_auto_commit": False, "group_id": None}
@@ -229,10 +241,44 @@ def _refused_creation(topic: str, response: Any) -> None:
             )
 
 
+# A topic just created can be unknown for a moment to the broker that answers next (its
+# metadata not there yet): asked again every KNOWN_POLL_S, up to the request timeout.
+UNKNOWN_TOPIC = UnknownTopicOrPartitionError.errno
+KNOWN_POLL_S = 0.1
+_AUTHORIZATION = {TopicAuthorizationFailedError.errno, ClusterAuthorizationFailedError.errno}
+
+
+T = TypeVar("T")
+
+
+class _Unknown(Exception):
+    """The broker does not know the topic (yet)."""
+
+
+async def _until_known(topic: str, ask: Callable[[], Awaitable[T]], wait_s: float) -> T:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return await ask()
+        except _Unknown:
+            if time.monotonic() >= deadline:
+                raise ProgressTopicRefused(
+                    f"progress topic {topic!r} is still unknown to the broker {wait_s:g} s "
+                    "after it was found or created"
+                ) from None
+        await asyncio.sleep(KNOWN_POLL_S)
+
+
 async def _partitions(admin: AIOKafkaAdminClient, topic: str) -> list[int]:
     for described in await admin.describe_topics([topic]):
-        if described.get("topic") == topic and not described.get("error_code"):
-            return [int(p["partition"]) for p in described.get("partitions", [])]
+        if described.get("topic") != topic:
+            continue
+        code = described.get("error_code")
+        if code == UNKNOWN_TOPIC or (not code and not described.get("partitions")):
+            raise _Unknown(topic)
+        if not code:
+            return [int(p["partition"]) for p in described["partitions"]]
+        raise ProgressTopicRefused(f"cannot describe progress topic {topic!r} (error code {code})")
     raise ProgressTopicRefused(f"cannot describe progress topic {topic!r}")
 
 
@@ -243,10 +289,17 @@ async def _cleanup_policy(admin: AIOKafkaAdminClient, topic: str) -> str:
     for response in responses:
         for resource in getattr(response, "resources", []):
             error_code, _msg, _kind, _name, entries = resource
+            if error_code == UNKNOWN_TOPIC:
+                raise _Unknown(topic)
             if error_code:
+                why = (
+                    "the relay needs DescribeConfigs on it"
+                    if error_code in _AUTHORIZATION
+                    else "the broker refused to describe it"
+                )
                 raise ProgressTopicRefused(
                     f"cannot read progress topic {topic!r}'s configuration "
-                    f"(error code {error_code}): the relay needs DescribeConfigs on it"
+                    f"(error code {error_code}): {why}"
                 )
             for entry in entries:
                 if entry[0] == CLEANUP_POLICY:
