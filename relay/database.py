@@ -14,7 +14,6 @@ from outbox_core.database_url import DatabaseUrl, Dialect, supported, unsupporte
 from outbox_core.errors import ConfigurationError
 from outbox_core.executors import AsyncPool
 from outbox_core.mariadb_pool import MariadbPool, session_init
-from outbox_core.pg_pool import PostgresPool
 from outbox_core.pg_session import Pooler, SessionSettings
 from outbox_core.settings import SettingsGroup
 from outbox_core.sqlite_thread import SqliteThread
@@ -303,10 +302,7 @@ def _pool(settings: DatabaseSettings, role: PoolRole, lanes: int, replica: str |
             open_wait_s=OPEN_WAIT_S,
             init_command=init,
         )
-    # The lanes' claims and settles, many a second, on asyncpg (outbox_core/asyncpg_pool.py
-    # says why); the rest on psycopg, whose pool the operator's and side statements share.
-    pool = AsyncpgPool if role == "work" else PostgresPool
-    return pool(
+    return AsyncpgPool(
         db.url,
         max_size=size,
         checkout_timeout_s=checkout_s,

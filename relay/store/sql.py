@@ -1,8 +1,8 @@
 """The Store on SQL: one implementation over an executor and a codec, for every dialect
 (built from the settings by relay/database.py).
 
-What differs per dialect is only how connections are held (a Postgres pool in autocommit,
-one SQLite connection on its own thread, or a MariaDB pool: outbox_core.pg_pool /
+What differs per dialect is only how connections are held (an asyncpg pool in autocommit,
+one SQLite connection on its own thread, or a MariaDB pool: outbox_core.asyncpg_pool /
 sqlite_thread / mariadb_pool), how parameters are encoded (outbox_core.codec), and the
 forms of the claim, the settle and the lease writes: Postgres writes each as one
 statement; SQLite claims shard by shard and settles in steps under its write lock;
