@@ -31,7 +31,7 @@ import asyncpg
 
 from outbox_core.database_url import Dialect
 from outbox_core.driver_errors import classify
-from outbox_core.errors import DatabaseError, SessionSettingsDropped
+from outbox_core.errors import ConfigurationError, DatabaseError, SessionSettingsDropped
 from outbox_core.executors import (
     AsyncpgExecutor,
     Plan,
@@ -71,7 +71,12 @@ _LIBPQ_ONLY = frozenset(
 def _options_settings(options: str | None) -> dict[str, str]:
     """Server settings from a libpq `options` value (`-c name=value`, `--name=value`)."""
     settings: dict[str, str] = {}
-    words = shlex.split(options or "")
+    try:
+        words = shlex.split(options or "")
+    except ValueError as exc:  # an unclosed quote
+        raise ConfigurationError(
+            f"the database URL's options (or PGOPTIONS) cannot be read: {exc}"
+        ) from None
     for i, word in enumerate(words):
         if word == "-c" and i + 1 < len(words):
             pair = words[i + 1]
@@ -132,8 +137,8 @@ class AsyncpgPool:
     """An AsyncPool on asyncpg connections, in autocommit (see the module's docstring).
 
     Its own checkout, not asyncpg's Pool: that one resets every connection it takes back
-    (RESET ALL and more: a round trip a statement, a third of the pool's measured at a
-    steady load), runs each timed checkout as a task of its own, and wraps every call in a
+    (RESET ALL and more: a second round trip for each statement's one), runs each timed
+    checkout as a task of its own, and wraps every call in a
     proxy. Here a checkout takes an idle connection or opens one, up to max_size, and
     waits up to checkout_timeout_s only when all are busy; it fails then as a retriable
     DatabaseError. A connection comes back as it is: these statements leave no session
@@ -194,30 +199,28 @@ class AsyncpgPool:
             await self._slots.acquire()
         conn = None
         try:
-            conn = self._idle.pop() if self._idle else await self._connect(self._timeout)
+            conn = self._take_idle() or await self._connect(self._timeout)
             yield conn
-        except DatabaseError as exc:
-            # The server's answer (a timeout, a conflict) leaves the connection sound.
-            if conn is not None:
-                self._check_in(conn, clean=isinstance(exc.__cause__, asyncpg.PostgresError))
-                conn = None
-            raise
-        except BaseException:
-            # Cut short (cancelled, a timeout, the socket): its state is unknown, and a
-            # statement still being cancelled would refuse the next one.
-            if conn is not None:
-                self._check_in(conn, clean=False)
-                conn = None
-            raise
         finally:
+            # Even a statement cancelled midway leaves its connection usable: asyncpg's
+            # next statement on it waits for the cancellation to end.
             if conn is not None:
-                self._check_in(conn, clean=True)
+                self._check_in(conn)
             self._slots.release()
 
-    def _check_in(self, conn: Any, *, clean: bool) -> None:
+    def _take_idle(self) -> Any:
+        """An idle connection still open (one whose socket was reset while it waited is
+        dropped), or None."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+        return None
+
+    def _check_in(self, conn: Any) -> None:
         if conn.is_closed():
             self._close_idle()  # lost: the idle ones most likely are too
-        elif self._closed or not clean or conn.is_in_transaction():
+        elif self._closed or conn.is_in_transaction():
             conn.terminate()
         else:
             self._idle.append(conn)

@@ -16,3 +16,8 @@ END
 $$;
 CREATE TRIGGER test_hang BEFORE INSERT OR UPDATE ON outbox_relay_replicas
 FOR EACH ROW EXECUTE FUNCTION test_hang();
+
+-- name: pooler_lock_waiters
+-- Sessions of this database waiting for a lock (tests/integration/test_asyncpg_pool.py).
+SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND datname = current_database();
