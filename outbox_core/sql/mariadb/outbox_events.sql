@@ -42,18 +42,26 @@ SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 e.id, e.shard, e.event_id, e.topic, e.`key`, e.event_type, e.payload, e.headers AS headers_json,
 e.attempts, CAST(UNIX_TIMESTAMP(e.created_at) AS DOUBLE) AS created_at, e.tenant
 
--- fragment: claim_names
-w.id, w.shard, w.event_id, w.topic, w.`key`, w.event_type, w.payload, w.headers_json,
-w.attempts, w.created_at, w.tenant
-
 -- fragment: upto
 -- The byte budget (see the Postgres twin), over rows r already cut to the claim's limit:
 -- the window is computed over at most `limit` rows, never over all of a shard's backlog.
+-- r and the window's result w hold ids and sizes only; the claimed rows are read after
+-- the budget cut them (claimed_rows). A derived table with a BLOB column (payload,
+-- headers) is materialized as an Aria table on disk, one without as a MEMORY table: the
+-- two with every column took half of a claim statement's time in the server (decision 31).
 sum(r.size) OVER (ORDER BY r.id ROWS UNBOUNDED PRECEDING) AS upto
 
 -- fragment: shard_rows
 -- See the Postgres twin; head is 1 for the first shard of the claim's array.
 (w.upto <= %(shard_bytes)s OR (w.upto = w.size AND %(head)s))
+
+-- fragment: claimed_rows
+-- The rows the budget kept (w: ids, sizes, upto), read by primary key in id order: w is
+-- sorted (a few ids) and each row joined to it (eq_ref). The same statement, so the same
+-- read view: each row as the claim saw it.
+STRAIGHT_JOIN outbox_events e ON e.id = w.id
+WHERE {{shard_rows}}
+ORDER BY w.id
 
 -- fragment: not_held
 AND e.`key` NOT IN (
@@ -104,10 +112,10 @@ AND coalesce(e.tenant, '') = %(tenant)s
 -- (shard, published_at, id) in id order that stops after limit rows. Each statement
 -- reads a snapshot of its own: a shard's rows are ordered among themselves only, so no
 -- two shards need to agree.
-SELECT {{claim_names}} FROM (
-    SELECT r.*, {{upto}}
+SELECT {{claim_columns}} FROM (
+    SELECT r.id, r.size, {{upto}}
     FROM (
-        SELECT {{claim_columns}}, length(e.payload) AS size
+        SELECT e.id, length(e.payload) AS size
         FROM outbox_events e
         WHERE e.shard = %(shard)s
           {{tenant}}
@@ -118,8 +126,7 @@ SELECT {{claim_names}} FROM (
         LIMIT %(limit)s
     ) AS r
 ) AS w
-WHERE {{shard_rows}}
-ORDER BY w.id
+{{claimed_rows}}
 
 -- name: outbox_shards_unpublished
 -- Of the claim's shards (a JSON array), those with an unpublished row: one seek of
@@ -171,15 +178,14 @@ chosen AS (
     ORDER BY (c.k - 1) DIV coalesce(w.weight, 1), c.id
     LIMIT %(limit)s
 )
-SELECT {{claim_names}} FROM (
-    SELECT r.*, {{upto}}
+SELECT {{claim_columns}} FROM (
+    SELECT r.id, r.size, {{upto}}
     FROM (
-        SELECT {{claim_columns}}, length(e.payload) AS size
+        SELECT e.id, length(e.payload) AS size
         FROM chosen ch JOIN outbox_events e ON e.id = ch.id
     ) AS r
 ) AS w
-WHERE {{shard_rows}}
-ORDER BY w.id
+{{claimed_rows}}
 
 -- fragment: ids_first(id_list)
 -- Writes by a JSON array of ids join it, read first (STRAIGHT_JOIN), to the rows by
