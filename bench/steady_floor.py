@@ -163,26 +163,20 @@ class LibrdkafkaSender:
 
 
 async def cycle(
-    conn: Any, sender: AiokafkaSender | LibrdkafkaSender, prefix: str, limit: int
+    conn: Any,
+    sender: AiokafkaSender | LibrdkafkaSender,
+    prefix: str,
+    limit: int,
+    settle: bool = False,
 ) -> int:
-    rows = await conn.fetch(Q["floor_take"], limit)
+    """settle (--settle): read, send, then delete what Kafka acked (two statements a
+    cycle); otherwise delete, then send."""
+    rows = await conn.fetch(Q["floor_read" if settle else "floor_take"], limit)
     if rows:
-        await sender.send(
-            [(prefix + topic, key.encode(), bytes(value)) for topic, key, value in rows]
-        )
-    return len(rows)
-
-
-async def settled_cycle(
-    conn: Any, sender: AiokafkaSender | LibrdkafkaSender, prefix: str, limit: int
-) -> int:
-    """--settle: read, send, then delete what Kafka acked (two statements a cycle)."""
-    rows = await conn.fetch(Q["floor_read"], limit)
-    if rows:
-        await sender.send(
-            [(prefix + topic, key.encode(), bytes(value)) for _, topic, key, value in rows]
-        )
-        await conn.execute(Q["floor_settle"], [row_id for row_id, *_ in rows])
+        # Both statements end with topic, key, payload; floor_read starts with the id.
+        await sender.send([(prefix + row[-3], row[-2].encode(), bytes(row[-1])) for row in rows])
+        if settle:
+            await conn.execute(Q["floor_settle"], [row[0] for row in rows])
     return len(rows)
 
 
@@ -202,7 +196,7 @@ async def run(args: argparse.Namespace) -> int:
     cycles = rows = 0
     try:
         while True:
-            got = await (settled_cycle if args.settle else cycle)(conn, sender, prefix, args.limit)
+            got = await cycle(conn, sender, prefix, args.limit, args.settle)
             cycles, rows = cycles + 1, rows + got
             if cycles % 1000 == 0:
                 print(f"{cycles} cycles, {rows} rows", flush=True)

@@ -142,6 +142,7 @@ def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
             "bench",
             "relay_fleet",
             *("--fleets", "1", "--floor-gathers", "0.01", "--idle-s", "1", "--seconds", "3"),
+            *("--floor-kinds", "take,settle"),
             *("--rate", "200", "--writers", "2", "--keys", "50", "--partitions", "2"),
         ],
         {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
@@ -154,7 +155,7 @@ def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
         for cells in [table_cells(line)]
         if cells[0] and not cells[0].startswith("-")
     }
-    assert set(rows) == {"1", "floor 0.01 s"}, output
+    assert set(rows) == {"1", "floor 0.01 s", "floor 0.01 s settle"}, output
     for cells in rows.values():
         steady_cpu, missing = float(cells[5].rstrip("%")), int(cells[9])
         # Percent of one core, all relays together: at most every core of the machine.

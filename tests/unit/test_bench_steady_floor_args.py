@@ -37,6 +37,9 @@ def test_the_floor_sleeps_a_hundredth_and_takes_up_to_500_rows_by_default() -> N
         (steady_floor, ["--gather-s", "soon"]),
         # The transactional loop is the relay's client's: confluent-kafka's is not written.
         (steady_floor, ["--transactions", "--client", "librdkafka"]),
+        (relay_fleet, ["--floor-kinds", ""]),
+        (relay_fleet, ["--floor-kinds", "take,delete"]),
+        (relay_fleet, ["--floor-kinds", "Settle"]),
         (relay_transactions, ["--latency-variants", ""]),
         (relay_transactions, ["--latency-variants", "floor,debezium"]),
         (relay_transactions, ["--latency-variants", "Floor"]),
@@ -60,6 +63,12 @@ def test_the_floor_refuses_what_it_cannot_run_and_so_does_the_transactions_bench
 
 def test_the_fleet_bench_runs_no_floor_unless_asked() -> None:
     assert relay_fleet.parse_args([]).floor_gathers == []
+    assert relay_fleet.parse_args([]).floor_kinds == ["take"]
+    assert relay_fleet.parse_args(["--floor-kinds", "take,settle"]).floor_kinds == [
+        "take",
+        "settle",
+    ]
+    assert steady_floor.parse_args(["--settle"]).settle
     assert relay_fleet.parse_args(["--floor-gathers", "0.01,0.02"]).floor_gathers == [0.01, 0.02]
 
 
@@ -119,9 +128,11 @@ async def test_the_transactional_floor_sends_transactional_batches_and_retries_q
     from aiokafka.producer import sender
     from aiokafka.record.default_records import DefaultRecordBatch
 
-    monkeypatch.setattr(sender, "BACKOFF_OVERRIDE", sender.BACKOFF_OVERRIDE)
+    # aiokafka's own value: another test in this process (the relay's transactions) may
+    # have set the relay's already.
+    monkeypatch.setattr(sender, "BACKOFF_OVERRIDE", 0.02)
     plain = steady_floor.AiokafkaSender("127.0.0.1:1", 1 << 20)
-    assert sender.BACKOFF_OVERRIDE == 0.02  # aiokafka's own, until a transactional floor
+    assert sender.BACKOFF_OVERRIDE == 0.02  # untouched, until a transactional floor
     transactional = steady_floor.AiokafkaSender("127.0.0.1:1", 1 << 20, "floor-t")
     assert sender.BACKOFF_OVERRIDE == 0.002  # the relay's (relay/transport/aiokafka_adapter.py)
     for floor, flag in ((plain, False), (transactional, True)):
