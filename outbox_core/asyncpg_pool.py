@@ -33,6 +33,7 @@ from outbox_core.database_url import Dialect
 from outbox_core.driver_errors import classify
 from outbox_core.errors import ConfigurationError, DatabaseError, SessionSettingsDropped
 from outbox_core.executors import (
+    AsyncExecutor,
     AsyncpgExecutor,
     Plan,
     Rows,
@@ -40,14 +41,14 @@ from outbox_core.executors import (
     run_plan_async,
     translated,
 )
-from outbox_core.pg_session import SessionSettings
+from outbox_core.pg_session import PerTransaction, SessionSettings
 
 RETRY_CONNECT_S = 0.5  # between first-connection attempts while the server is away
 PROBE_TIMEOUT_S = 10.0
 
 # libpq connection parameters asyncpg does not read: left in the URL, asyncpg would send
-# each to the server as a setting, which refuses them. Those this pool honours itself are
-# taken out first (_SOCKET_OPTIONS, options).
+# each to the server as a setting, which refuses them. The pool honours some itself
+# (connect_args: options, and the keepalives on the socket).
 _LIBPQ_ONLY = frozenset(
     {
         "keepalives",
@@ -138,8 +139,7 @@ class AsyncpgPool:
 
     Its own checkout, not asyncpg's Pool: that one resets every connection it takes back
     (RESET ALL and more: a second round trip for each statement's one), runs each timed
-    checkout as a task of its own, and wraps every call in a
-    proxy. Here a checkout takes an idle connection or opens one, up to max_size, and
+    checkout as a task of its own, and wraps every call in a proxy. Here a checkout takes an idle connection or opens one, up to max_size, and
     waits up to checkout_timeout_s only when all are busy; it fails then as a retriable
     DatabaseError. A connection comes back as it is: these statements leave no session
     state (no LISTEN, cursor, advisory lock or SET), and one that ends inside a
@@ -273,30 +273,14 @@ class AsyncpgPool:
     async def run(self, statement: Statement) -> Rows:
         with translated():
             async with self._checkout() as conn:
-                return await self._in_session(AsyncpgExecutor(conn), statement)
+                return await self._executor(conn).run(statement)
 
     async def run_plan(self, plan: Plan, *, write: bool = False) -> Any:
         """All of the plan's statements on one connection, each committing by itself."""
         with translated():
             async with self._checkout() as conn:
-                return await run_plan_async(plan, _Session(self, AsyncpgExecutor(conn)))
+                return await run_plan_async(plan, self._executor(conn))
 
-    async def _in_session(self, executor: AsyncpgExecutor, statement: Statement) -> Rows:
-        if self._local is None:
-            return await executor.run(statement)
-        async with executor.conn.transaction():
-            await executor.run(self._local)
-            return await executor.run(statement)
-
-
-class _Session:
-    """A plan's executor: each statement in the pool's session (AsyncpgPool._in_session)."""
-
-    dialect: Dialect = "postgres"
-
-    def __init__(self, pool: AsyncpgPool, executor: AsyncpgExecutor) -> None:
-        self._pool = pool
-        self._executor = executor
-
-    async def run(self, statement: Statement) -> Rows:
-        return await self._pool._in_session(self._executor, statement)
+    def _executor(self, conn: Any) -> AsyncExecutor:
+        executor = AsyncpgExecutor(conn)
+        return executor if self._local is None else PerTransaction(executor, self._local)

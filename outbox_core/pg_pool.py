@@ -32,7 +32,7 @@ from outbox_core.executors import (
     run_plan_async,
     translated,
 )
-from outbox_core.pg_session import SessionSettings
+from outbox_core.pg_session import PerTransaction, SessionSettings
 
 RECONNECT_WINDOW_S = 10.0  # attempts at about 0, 1, 3, 7 and 10 s, then again
 PROBE_TIMEOUT_S = 10.0
@@ -149,7 +149,7 @@ class PostgresPool:
 
     def _executor(self, conn: Any) -> AsyncExecutor:
         executor = AsyncPsycopgExecutor(conn)
-        return executor if self._local is None else _PerTransaction(executor, self._local)
+        return executor if self._local is None else PerTransaction(executor, self._local)
 
     async def run(self, statement: Statement) -> Rows:
         try:
@@ -175,19 +175,3 @@ class PostgresPool:
     async def _sweep(self, exc: DatabaseError) -> None:
         if exc.retriable:
             await sweep(self.pool)
-
-
-class _PerTransaction:
-    """Each statement in a transaction of its own that begins with the session settings
-    (behind a transaction pooler): the same commits as autocommit, one statement each."""
-
-    dialect: Dialect = "postgres"
-
-    def __init__(self, executor: AsyncPsycopgExecutor, local: Statement) -> None:
-        self._executor = executor
-        self._local = local
-
-    async def run(self, statement: Statement) -> Rows:
-        async with self._executor.conn.transaction():
-            await self._executor.run(self._local)
-            return await self._executor.run(statement)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
-from outbox_core.database_url import libpq_options
-from outbox_core.executors import Statement
+from outbox_core.database_url import Dialect, libpq_options
+from outbox_core.executors import Rows, Statement
 
 Pooler = Literal["none", "transaction"]
 POOLERS: tuple[Pooler, ...] = get_args(Pooler)
@@ -92,3 +92,28 @@ def _url_params(conninfo: str) -> set[str]:
         return set(conninfo_to_dict(conninfo))
     except ProgrammingError:
         return set()  # a malformed URL: connecting reports it
+
+
+class ConnectionExecutor(Protocol):
+    """An executor on one connection whose `transaction()` is an async context manager
+    (psycopg's AsyncConnection and asyncpg's Connection alike)."""
+
+    conn: Any
+
+    async def run(self, statement: Statement) -> Rows: ...
+
+
+class PerTransaction:
+    """Each statement in a transaction of its own that begins with the session settings
+    (behind a transaction pooler): the same commits as autocommit, one statement each."""
+
+    dialect: Dialect = "postgres"
+
+    def __init__(self, executor: ConnectionExecutor, local: Statement) -> None:
+        self._executor = executor
+        self._local = local
+
+    async def run(self, statement: Statement) -> Rows:
+        async with self._executor.conn.transaction():
+            await self._executor.run(self._local)
+            return await self._executor.run(statement)
