@@ -27,11 +27,8 @@ Kafka is --bootstrap's for both parts.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
-import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -44,7 +41,7 @@ from bench.formats.debezium_match import match_debezium
 from bench.formats.drains import drain_formats, unsound
 from bench.formats.report import drain_table, match_table
 from bench.formats.settings import BASELINE, FORMATS
-from bench.shared.cli import add_logdir, add_services, check_services, parser, run_guarded
+from bench.shared.cli import add_logdir, add_services, check_services, parser, run_in_logdir
 from bench.shared.procstat import loadavg
 
 PARTS = ("compare", "drain")
@@ -155,7 +152,6 @@ async def run(args: argparse.Namespace, run_id: str, logdir: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    run_id = uuid.uuid4().hex[:8]
-    logdir = Path(args.logdir or tempfile.mkdtemp(prefix=f"outbox-bench-formats-{run_id}-"))
-    logdir.mkdir(parents=True, exist_ok=True)
-    return run_guarded("record_formats", lambda: asyncio.run(run(args, run_id, logdir)))
+    return run_in_logdir(
+        "record_formats", "formats", args.logdir, lambda run_id, logdir: run(args, run_id, logdir)
+    )

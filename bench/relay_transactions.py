@@ -35,10 +35,7 @@ p99 transactions / plain at each rate, for the relay and for the floor, against
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
-import tempfile
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,7 +47,7 @@ from bench.compare.latency import LatencyPoint
 from bench.compare.ours import drain_relay, latency_floor, latency_ours
 from bench.compare.services import Services
 from bench.formats.drains import unsound
-from bench.shared.cli import add_logdir, add_services, check_services, parser, run_guarded
+from bench.shared.cli import add_logdir, add_services, check_services, parser, run_in_logdir
 from bench.shared.procstat import loadavg
 from bench.shared.tables import markdown_table
 from relay.config import field_help
@@ -246,7 +243,6 @@ async def run(args: argparse.Namespace, run_id: str, logdir: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    run_id = uuid.uuid4().hex[:8]
-    logdir = Path(args.logdir or tempfile.mkdtemp(prefix=f"outbox-bench-tx-{run_id}-"))
-    logdir.mkdir(parents=True, exist_ok=True)
-    return run_guarded("relay_transactions", lambda: asyncio.run(run(args, run_id, logdir)))
+    return run_in_logdir(
+        "relay_transactions", "tx", args.logdir, lambda run_id, logdir: run(args, run_id, logdir)
+    )

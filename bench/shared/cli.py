@@ -6,10 +6,14 @@ which it reports as one line `PROG: Type: message`."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
-from collections.abc import Callable
-from typing import TypeVar
+import tempfile
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
 
 from outbox_core.database_url import DatabaseUrl
 
@@ -86,3 +90,17 @@ def run_guarded(prog: str, call: Callable[[], int]) -> int:
     except Exception as exc:
         print(f"{prog}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+def run_in_logdir(
+    prog: str,
+    tag: str,
+    logdir: str | None,
+    run: Callable[[str, Path], Coroutine[Any, Any, int]],
+) -> int:
+    """run(run_id, logdir) under run_guarded, in --logdir or a fresh /tmp folder named
+    with tag and the run's id."""
+    run_id = uuid.uuid4().hex[:8]
+    folder = Path(logdir or tempfile.mkdtemp(prefix=f"outbox-bench-{tag}-{run_id}-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return run_guarded(prog, lambda: asyncio.run(run(run_id, folder)))
