@@ -293,7 +293,9 @@ def make_publisher(settings: RelaySettings, events: TransactionEvents | None = N
     if settings.transport == "redis":
         return RedisStreamPublisher(settings.redis, settings.redis_stream)
     if settings.kafka.transactions:
-        return ShardTransactions(settings.kafka, _security(settings), events)
+        return ShardTransactions(
+            settings.kafka, _security(settings), settings.leases.replica_id, events
+        )
     return KafkaPublisher(settings.kafka, _security(settings))
 
 

@@ -103,6 +103,8 @@ def active_set(
 @dataclass
 class LeaseChanges:
     acquired: dict[int, int] = field(default_factory=dict)  # shard -> token
+    # shard -> the replica that held an acquired lease before (None: free or released)
+    previous: dict[int, str | None] = field(default_factory=dict)
     lost: set[int] = field(default_factory=set)
     to_release: set[int] = field(default_factory=set)
     replicas: list[str] = field(default_factory=list)
@@ -133,10 +135,24 @@ async def heartbeat(
     changes.active = me in active
     wanted = fair_share(me, active, shard_count) if changes.active else set()
     changes.to_release = (set(held) - changes.lost) - wanted
-    for shard in sorted(wanted - set(held)):
+    taking = sorted(wanted - set(held))
+    # Who holds each lease before the take: its previous holder, which a transactional
+    # relay fences (relay/transport/transactions.py), is the one read here when the
+    # take bumped this token by exactly one.
+    before = {lease.shard: lease for lease in await store.lease_list()} if taking else {}
+    for shard in taking:
         token = await store.lease_acquire(shard, me, ttl_s)
-        if token is not None:
-            changes.acquired[shard] = token
+        if token is None:
+            continue
+        seen = before.get(shard)
+        if token != (1 if seen is None else seen.token + 1):
+            # Taken and lost again by another replica between the read and the take: its
+            # last holder is not known, so the lease goes back, to be taken next round.
+            log.warning("lease changed hands while being taken; released", extra={"shard": shard})
+            await store.lease_release(shard, me, token)
+            continue
+        changes.acquired[shard] = token
+        changes.previous[shard] = None if seen is None else seen.owner
     return changes
 
 
@@ -190,7 +206,7 @@ class LeaseKeeper:
             if token > 1:
                 self._observer.takeover()
             log.info("lease acquired", extra={"shard": shard, "token": token})
-            self._pipeline.start(shard, token)
+            self._pipeline.start(shard, token, changes.previous.get(shard))
         self._observer.lease_round(
             len(changes.replicas), len(self._pipeline.held), active=changes.active
         )

@@ -138,7 +138,7 @@ class RelayMetrics:
         )
         self.fenced = Counter(
             "outbox_relay_kafka_fenced",
-            "Shards whose transactional producer another owner fenced (the shard dropped).",
+            "Times this replica's transactional producer was fenced (a shard of it taken over).",
             registry=r,
         )
         self.recovered = Counter(

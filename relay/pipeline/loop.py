@@ -163,6 +163,12 @@ class PublisherKeeper:
     async def stop(self) -> None:
         await self.publisher.stop()
 
+    def taken(self, shard: int, token: int, previous: str | None) -> None:
+        """The shard's lease was taken from replica `previous`: a transactional producer
+        fences that replica before the shard's first claim."""
+        if isinstance(self.publisher, ShardPublisher):
+            self.publisher.taken(shard, token, previous)
+
     def forget(self, shard: int) -> None:
         """The shard's lease is gone: a publisher holding something per shard (a
         transactional producer) lets it go."""
@@ -237,7 +243,9 @@ class Pipeline:
         """Every lease this replica holds, shards being handed over included."""
         return {**self._shards.claimed, **self._shards.leaving}
 
-    def start(self, shard: int, token: int) -> None:
+    def start(self, shard: int, token: int, previous: str | None = None) -> None:
+        """A lease taken under `token` from replica `previous` (None: free or released)."""
+        self._publisher.taken(shard, token, previous)
         self._shards.claimed[shard] = token
         self.wake()
 

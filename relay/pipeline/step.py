@@ -15,9 +15,9 @@ or (a broken producer; the transport away as a whole) not charged at all.
 
 With kafka_transactions the publisher is a ShardPublisher (relay/transport/transactions.py):
 before each claim the rows Kafka already has and the database has not settled are
-settled (after a takeover, or a settle that failed), the records go in a transaction per
-shard, and a fenced shard is reported lost, nothing charged (docs/design.md, "Exactly
-once into Kafka").
+settled (after a takeover, or a settle that failed), a cycle's records go in one
+transaction, and a shard whose lease the database no longer shows ours is reported lost,
+nothing charged (docs/design.md, "Exactly once into Kafka").
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ class Sent:
     held_back: int
     fatal: bool
     full: bool
-    # kafka_transactions: shards whose producer another owner fenced (their lease moved)
+    # kafka_transactions: shards whose lease the database showed another's (FENCED)
     fenced: frozenset[int] = frozenset()
 
 
@@ -477,8 +477,9 @@ class Step:
             outcomes = await self._publisher.publish(plan.records)
         verdict = self.order.judge(plan, outcomes)
         errors, published = verdict.errors, verdict.published
-        # A transactional shard's producer fenced: the shard has a new owner. (A plain
-        # producer fenced is a broken producer, replaced as any other.)
+        # kafka_transactions: a shard whose lease the database showed another's after
+        # the producer's init has a new owner. (A plain producer fenced is a broken
+        # producer, replaced as any other.)
         fenced = frozenset(
             row.shard
             for row in plan.sending
@@ -520,10 +521,11 @@ class Step:
     async def _settle_what_kafka_has(
         self, shards: ShardPublisher, tokens: Mapping[int, int]
     ) -> None:
-        """kafka_transactions, before a claim: each shard's producer started (fencing its
-        previous owner), then the rows Kafka has and the database does not (read from
-        the progress topic, or whose settle failed) settled, so no claim sends them again."""
-        orphans = await shards.ready(tokens)
+        """kafka_transactions, before a claim: the producer started and the leases checked
+        since, each newly taken shard's previous owner fenced, then the rows Kafka has and
+        the database does not (read from the progress topic, or whose settle failed)
+        settled, so no claim sends them again."""
+        orphans = await shards.ready(tokens, self._holding)
         if not orphans:
             return
         rules = self.rules
@@ -544,6 +546,16 @@ class Step:
             "rows Kafka already has settled before the claim",
             extra={"rows": sum(map(len, orphans.values())), "shards": sorted(orphans)},
         )
+
+    async def _holding(self, tokens: Mapping[int, int]) -> set[int]:
+        """The shards of these leases the database shows this replica's, live, by these
+        tokens (kafka_transactions asks after each init of its producer)."""
+        owner = self.rules.owner
+        return {
+            lease.shard
+            for lease in await self._store.lease_list()
+            if lease.live and lease.owner == owner and tokens.get(lease.shard) == lease.token
+        }
 
     async def _settle(self, sent: Sent) -> BatchOutcome:
         """Mark the published rows and record the failures, fenced per shard."""

@@ -54,7 +54,7 @@ from relay.transport.topic_limits import FALLBACK_BATCH_BYTES, TopicLimits
 log = logging.getLogger("relay.topics")
 
 # publish's trailer: the indexes of the records submitted -> a record to send after them.
-Trailer = Callable[[list[int]], OutgoingRecord | None]
+Trailer = Callable[[list[int]], Sequence[OutgoingRecord]]
 
 # Each Kafka fault (outbox_core.kafka_faults: the one table of aiokafka's errors) as the
 # relay's reason; every reason's verdict is the fault's, but for TOPIC_DENIED.
@@ -254,11 +254,11 @@ class KafkaPublisher:
     async def publish_then(
         self, records: Sequence[OutgoingRecord], trailer: Trailer | None
     ) -> list[Outcome]:
-        """publish, and then the trailer's record: trailer is called once the batches are
+        """publish, and then the trailer's records: trailer is called once the batches are
         submitted, with the indexes of the records submitted (not refused or held before
-        sending), and the record it returns goes in the same round, its outcome after
-        the others' (kafka_transactions: the progress record, which lists exactly the
-        rows submitted)."""
+        sending), and the records it returns (one topic) go in the same round, their
+        outcomes after the others' (kafka_transactions: the progress records, which list
+        exactly the rows submitted)."""
         producer = self._producer
         if producer is None:
             raise PublishFailed(FailureReason.PRODUCER_BROKEN, "producer is not started")
@@ -300,10 +300,10 @@ class KafkaPublisher:
                 producer, topic, partition, size, items, results, acks, largest
             )
         if trailer is not None:
-            extra = trailer(sorted(i for _, members in acks for i in members))
-            if extra is not None:
-                results.append(HELD)
-                await self._trail(producer, extra, len(records), results, acks)
+            extras = trailer(sorted(i for _, members in acks for i in members))
+            if extras:
+                results += [HELD] * len(extras)
+                await self._trail(producer, extras, len(records), results, acks)
         answers = await asyncio.gather(*(ack for ack, _ in acks), return_exceptions=True)
         for (_, members), answer in zip(acks, answers, strict=True):
             if isinstance(answer, asyncio.CancelledError):
@@ -316,24 +316,29 @@ class KafkaPublisher:
     async def _trail(
         self,
         producer: AIOKafkaProducer,
-        record: OutgoingRecord,
-        index: int,
+        extras: Sequence[OutgoingRecord],
+        first: int,
         results: list[Outcome],
         acks: list[tuple[asyncio.Future[None], list[int]]],
     ) -> None:
-        """Submit the trailer record (publish's); HELD while its topic is being looked up."""
-        known = self._partitions({record.topic})[record.topic]
+        """Submit the trailer's records (publish_then's, all of one topic), their outcomes
+        from index `first`; HELD while the topic is being looked up."""
+        topic = extras[0].topic
+        known = self._partitions({topic})[topic]
         if known is None and self._topics is not None:
             await self._topics.looked(LOOKUP_WAIT_S)
-            known = self._partitions({record.topic})[record.topic]
+            known = self._partitions({topic})[topic]
         if known is None or isinstance(known, PublishFailed):
-            results[index] = HELD if known is None else known
+            results[first:] = [HELD if known is None else known] * len(extras)
             return
-        size, largest = self._sizes(record.topic)
-        partition = known[_key_slot(record.key) % len(known)]
-        await self._enqueue_partition(
-            producer, record.topic, partition, size, [(index, record)], results, acks, largest
-        )
+        size, largest = self._sizes(topic)
+        groups: dict[int, list[tuple[int, OutgoingRecord]]] = {}
+        for i, record in enumerate(extras, first):
+            groups.setdefault(known[_key_slot(record.key) % len(known)], []).append((i, record))
+        for partition, items in groups.items():
+            await self._enqueue_partition(
+                producer, topic, partition, size, items, results, acks, largest
+            )
 
     async def _enqueue_partition(
         self,

@@ -61,17 +61,17 @@ class KafkaSettings(SettingsGroup):
     )
     transactions: bool = Field(
         default=False,
-        description="Exactly once into Kafka: each cycle's records of a shard go in one "
-        "Kafka transaction with a progress record, one transactional producer per held "
-        "shard (docs/design.md, Exactly once). Every consumer of the topics must read "
-        "with isolation.level=read_committed. Kafka transport only.",
+        description="Exactly once into Kafka: each cycle's records go in one Kafka "
+        "transaction with a progress record per shard, from one transactional producer "
+        "per replica (docs/design.md, Exactly once). Every consumer of the topics must "
+        "read with isolation.level=read_committed. Kafka transport only.",
     )
     transactional_id_prefix: str = Field(
         default="outbox-relay",
         pattern=_TRANSACTIONAL_ID,
-        description="With transactions: shard n's producer has the transactional id "
-        "<prefix>-shard-<n>. One prefix per outbox database: two relay fleets sharing one "
-        "would fence each other. Letters, digits, '.', '_', '-'.",
+        description="With transactions: a replica's producer has the transactional id "
+        "<prefix>-replica-<replica id>. One prefix per outbox database: two relay fleets "
+        "sharing one could fence each other. Letters, digits, '.', '_', '-'.",
     )
     progress_topic: str = Field(
         default="outbox-relay-progress",
@@ -96,10 +96,10 @@ class KafkaSettings(SettingsGroup):
             raise ValueError(f"not a legal Kafka topic name ({TOPIC_RULE})")
         return value
 
-    def transactional_id(self, shard: int) -> str:
-        """Shard `shard`'s producer's transactional id: the fencing unit is the shard,
-        as the lease is."""
-        return f"{self.transactional_id_prefix}-shard-{shard}"
+    def transactional_id(self, replica: str) -> str:
+        """The transactional id of replica `replica`'s producer: a new owner of one of
+        its shards initialises it to fence it."""
+        return f"{self.transactional_id_prefix}-replica-{replica}"
 
     @field_validator("acks")
     @classmethod

@@ -16,7 +16,7 @@ key failed or was held.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from relay.store import ClaimedRow
@@ -65,15 +65,24 @@ class Publisher(Protocol):
 
 @runtime_checkable
 class ShardPublisher(Publisher, Protocol):
-    """A publisher that sends each shard's records in a transaction of its own with the
-    shard's progress (kafka_transactions: relay.transport.transactions). The step asks
-    it, before each claim, for the rows Kafka already has that the database has not
-    settled, and tells it which settles it confirmed."""
+    """A publisher that sends a cycle's records in a Kafka transaction with each shard's
+    progress (kafka_transactions: relay.transport.transactions). The step asks it,
+    before each claim, for the rows Kafka already has that the database has not settled,
+    and tells it which settles it confirmed; the pipeline tells it which leases come
+    and go."""
 
     stuck: set[int]  # shards whose last transaction could not be ended
 
-    async def ready(self, tokens: Mapping[int, int]) -> dict[int, list[int]]:
-        """Start what the shards need under these leases; per shard, the ids to settle
+    def taken(self, shard: int, token: int, previous: str | None) -> None:
+        """This replica took the shard's lease under `token` from replica `previous`
+        (None: free or released)."""
+        ...
+
+    async def ready(
+        self, tokens: Mapping[int, int], holding: Callable[[Mapping[int, int]], Awaitable[set[int]]]
+    ) -> dict[int, list[int]]:
+        """Start what the shards need under these leases (holding: which of them the
+        database shows this replica's, by these tokens); per shard, the ids to settle
         before claiming."""
         ...
 

@@ -1,27 +1,31 @@
-"""Exactly once into Kafka (kafka_transactions): a transactional producer per held shard,
-each cycle's records of a shard in one transaction with its progress record, and the
-progress a shard's new owner settles before its first claim. docs/design.md ("Exactly
-once into Kafka") has the argument and every failure window; this module keeps the
-Kafka half of it, the step (relay/pipeline/step.py) the database half.
+"""Exactly once into Kafka (kafka_transactions): one transactional producer per replica,
+each cycle's records in one transaction with a progress record per shard, and the progress
+a shard's new owner settles before its first claim. docs/design.md ("Exactly once into
+Kafka") has the argument and every failure window; this module keeps the Kafka half of it,
+the step (relay/pipeline/step.py) the database half.
 
-A shard's producer has the transactional id <prefix>-shard-<n>. Starting it is Kafka's
-init: the id's epoch is bumped, so the previous owner's open transaction is aborted and
-its later commits fail (fenced). Only then is the progress topic read, so it holds every
-transaction the previous owner could still commit.
+The replica's producer has the transactional id <prefix>-replica-<replica id>. Its init
+bumps the id's epoch, so an earlier producer under the id can no longer commit. The lease
+is per shard, the producer per replica, so a new owner of a shard fences the replica that
+held it before (the owner the lease row named when it was taken): it initialises that
+replica's transactional id once, which aborts the transaction it had open and fails its
+later sends and commits. Only then is the progress topic read, so it holds every
+transaction the previous owner could still commit. The fenced replica starts its producer
+again and, before its next transaction, asks the database which leases it still holds
+with the tokens it claimed by: a shard taken from it is let go, never sent from again.
 
-Every transaction ends here, within the transaction timeout: committed, aborted, or
-(its end not known: a commit with no answer) its producer stopped and started again,
-with the progress topic read once more before the shard's next claim. A shard whose
-transaction could not be ended is "stuck" until one of its transactions ends again; the
+Every transaction ends here, within the transaction timeout: committed, aborted, or (its
+end not known: a commit with no answer) the producer stopped and started again, with the
+progress topic read once more for every shard before the next claim. Shards in a
+transaction that could not be ended are "stuck" until a transaction ends again; the
 relay's /healthz fails meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,6 +40,10 @@ from relay.transport.protocol import ACKED, HELD, Acked, Outcome
 from relay.transport.records import OutgoingRecord
 
 log = logging.getLogger("relay.transactions")
+
+# The shards of these leases (shard -> token) this replica still holds, live, by those
+# tokens: asked of the database after every init of the replica's producer.
+Holding = Callable[[Mapping[int, int]], Awaitable[set[int]]]
 
 
 class TransactionEvents(Protocol):
@@ -62,9 +70,11 @@ class _Unheard:
 @dataclass(eq=False)
 class _Shard:
     token: int
-    publisher: KafkaPublisher
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    started: bool = False  # initialised, and the progress topic read since
+    # The replica that held the lease before this one took it (None: the lease was free or
+    # released): fenced before the progress topic is read for the shard.
+    previous: str | None = None
+    read: bool = False  # the progress topic read for it since the producer's last init
+    lost: bool = False  # the database no longer shows the lease ours by this token
     # Row ids Kafka has (committed) whose settle is not confirmed yet: every progress
     # record of the shard lists them, until the database has them settled.
     unconfirmed: set[int] = field(default_factory=set)
@@ -75,134 +85,135 @@ class _Shard:
 
 class ShardTransactions:
     """The Publisher of the Kafka transport with kafka_transactions on: the step calls
-    ready() before each claim and publish_shards() instead of publish()."""
+    ready() before each claim and publish_shards() instead of publish(); the pipeline
+    calls taken() when a lease is taken and forget() when it goes."""
 
     def __init__(
         self,
         settings: KafkaSettings,
         security: KafkaSecurity,
+        owner: str,
         events: TransactionEvents | None = None,
     ) -> None:
         self._settings = settings
         self._security = security
+        self._owner = owner
         self._events: TransactionEvents = events or _Unheard()
         self.progress = ProgressTopic(settings, security)
+        self._publisher = KafkaPublisher(
+            settings, security, transactional_id=settings.transactional_id(owner)
+        )
+        # One transaction at a time (the lanes of fair turns share the producer), and no
+        # init or fence while one is open.
+        self._lock = asyncio.Lock()
+        self._started = False  # the producer initialised
+        self._verified = False  # the leases checked in the database since that init
         self._shards: dict[int, _Shard] = {}
-        self._closing: set[asyncio.Task[None]] = set()
-        self.stuck: set[int] = set()  # shards whose last transaction could not be ended
+        self.stuck: set[int] = set()  # shards of a transaction that could not be ended
         self._end_s = settings.transaction_timeout_ms / 1000
+
+    @property
+    def transactional_id(self) -> str:
+        return self._settings.transactional_id(self._owner)
 
     # ------------------------------------------------------------------ Publisher
 
     async def start(self) -> None:
-        """Create or check the progress topic, then check the broker initialises a
-        transactional producer (a broker that refuses transactions is named here, at
-        start-up, not at the first claim)."""
+        """Create or check the progress topic, then initialise the replica's producer (a
+        broker that refuses transactions is named here, at start-up, not at the first
+        claim)."""
         await self.progress.start()
-        check = KafkaPublisher(
-            self._settings,
-            self._security,
-            transactional_id=f"{self._settings.transactional_id_prefix}-check",
-        )
         try:
-            await check.start()
+            await self._publisher.start()
         except PublishFailed as exc:
             await self.progress.stop()
             if exc.retriable:
                 raise
             raise TransactionsRefused(
                 f"the Kafka broker refuses transactions (InitProducerId for "
-                f"{check.transactional_id}): {exc}; kafka_transactions needs brokers "
+                f"{self.transactional_id}): {exc}; kafka_transactions needs brokers "
                 "0.11+ with a transaction coordinator, and the TransactionalId ACLs for "
                 f"{self._settings.transactional_id_prefix}-*"
             ) from exc
-        finally:
-            await check.stop()
+        self._initialised()
 
     async def stop(self) -> None:
-        shards, self._shards = self._shards, {}
-        await asyncio.gather(*(self._stop(entry) for entry in shards.values()))
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        async with self._lock:
+            await self._stop_producer()
+        self._shards = {}
         await self.progress.stop()
 
     async def recreate(self) -> None:
-        """Every shard's producer starts again, and reads the progress topic again."""
-        for entry in list(self._shards.values()):
-            async with entry.lock:
-                await self._stop(entry)
+        """The producer starts again, and the progress topic is read again."""
+        async with self._lock:
+            await self._stop_producer()
 
     async def publish(self, records: Sequence[OutgoingRecord]) -> list[Outcome]:
         raise PublishFailed(FailureReason.REFUSED, "kafka_transactions: records are sent per shard")
 
     # ------------------------------------------------------------------ shards
 
+    def taken(self, shard: int, token: int, previous: str | None) -> None:
+        """This replica took the shard's lease under `token` from `previous` (None: it was
+        free or released): that replica is fenced before the shard's first claim."""
+        self._shards[shard] = _Shard(token, previous)
+
     def forget(self, shard: int) -> None:
-        """The shard's lease is gone: its producer is closed (beside the cycle). A
-        transaction it could not end is the next owner's init to abort."""
+        """The shard's lease is gone: its rows are no longer sent from here."""
         self.stuck.discard(shard)
-        entry = self._shards.pop(shard, None)
-        if entry is None:
-            return
-        task = asyncio.create_task(self._stop_locked(entry), name=f"close-producer-{shard}")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._shards.pop(shard, None)
 
-    async def ready(self, tokens: Mapping[int, int]) -> dict[int, list[int]]:
-        """Before a claim: each shard's producer started under its lease (the init that
-        fences the previous owner), and the ids each shard must settle first (read from
-        the progress topic after the init, or whose settle failed)."""
-        starting: list[tuple[int, _Shard]] = []
-        for shard, token in tokens.items():
-            entry = self._shards.get(shard)
-            if entry is not None and entry.token != token:
-                self.forget(shard)  # the lease was taken again: a producer of its own
-                entry = None
-            if entry is None:
-                transactional_id = self._settings.transactional_id(shard)
-                publisher = KafkaPublisher(
-                    self._settings, self._security, transactional_id=transactional_id
-                )
-                entry = self._shards[shard] = _Shard(token, publisher)
-            if not entry.started:
-                starting.append((shard, entry))
-        if starting:
-            await self._start(starting)
-        return {
-            shard: sorted(entry.orphans)
-            for shard in tokens
-            if (entry := self._shards.get(shard)) is not None and entry.orphans
-        }
-
-    async def _start(self, entries: list[tuple[int, _Shard]]) -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            for _, entry in entries:
-                await stack.enter_async_context(entry.lock)
-            waiting = [(shard, entry) for shard, entry in entries if not entry.started]
-            answers = await asyncio.gather(
-                *(entry.publisher.recreate() for _, entry in waiting), return_exceptions=True
-            )
-            failed = [a for a in answers if isinstance(a, BaseException)]
-            if failed:
-                error = failed[0]
-                if isinstance(error, PublishFailed):
-                    raise TransportUnavailable(error) if error.transport else error
-                raise error
-            found = await self.progress.last(shard for shard, _ in waiting)
-            for shard, entry in waiting:
-                last = found.get(shard)
-                if last is not None and last.ids:
-                    entry.orphans.update(last.ids)
-                    entry.unconfirmed.update(last.ids)
-                entry.started = True
+    async def ready(self, tokens: Mapping[int, int], holding: Holding) -> dict[int, list[int]]:
+        """Before a claim: the producer initialised and the leases checked since (holding:
+        the database's answer), the previous owners of newly taken shards fenced, and the
+        progress topic read for every shard not read since the init; per shard, the ids
+        to settle first."""
+        async with self._lock:
+            for shard, token in tokens.items():
+                entry = self._shards.get(shard)
+                if entry is None or entry.token != token:
+                    self._shards[shard] = _Shard(token)
+            if not self._started:
+                await self._start_producer()
+            previous = {e.previous for e in self._shards.values() if e.previous and not e.read}
+            if self._owner in previous:
+                # The lease was this replica's name's under an earlier token (lost and
+                # taken again, or a process before this one under the same replica id):
+                # the producer is initialised again, after the take.
+                await self._stop_producer()
+                await self._start_producer()
+                previous.discard(self._owner)
+            if previous:
+                await self._fence(previous)
+            if not self._verified:
+                live = await holding({s: e.token for s, e in self._shards.items() if not e.lost})
+                for shard, entry in self._shards.items():
+                    entry.lost = entry.lost or shard not in live
+                self._verified = True
+            fresh = {s: e for s, e in self._shards.items() if not e.read and not e.lost}
+            if fresh:
+                found = await self.progress.last(fresh)
+                for shard, entry in fresh.items():
+                    last = found.get(shard)
+                    if last is not None and last.ids:
+                        entry.orphans.update(last.ids)
+                        entry.unconfirmed.update(last.ids)
+                    entry.read = True
+                    entry.previous = None
                 log.info(
-                    "transactional producer started",
+                    "progress topic read",
                     extra={
-                        "shard": shard,
-                        "transactional_id": entry.publisher.transactional_id,
-                        "to_settle": len(entry.orphans),
+                        "shards": sorted(fresh),
+                        "to_settle": sum(len(e.orphans) for e in fresh.values()),
                     },
                 )
+            return {
+                shard: sorted(entry.orphans)
+                for shard in tokens
+                if (entry := self._shards.get(shard)) is not None
+                and entry.orphans
+                and not entry.lost
+            }
 
     def confirm(self, shard: int, ids: Sequence[int], *, recovered: bool = False) -> None:
         """The database has these rows of the shard settled (recovered: from the
@@ -221,6 +232,68 @@ class ShardTransactions:
         if entry is not None:
             entry.orphans.update(set(ids) & entry.unconfirmed)
 
+    # ------------------------------------------------------------------ the producer
+
+    def _initialised(self) -> None:
+        """A new epoch: every lease is checked again, and every shard's progress read
+        again, before the next transaction."""
+        self._started = True
+        self._verified = False
+        for entry in self._shards.values():
+            entry.read = False
+
+    async def _start_producer(self) -> None:
+        try:
+            await self._publisher.start()
+        except PublishFailed as error:
+            if error.transport:
+                raise TransportUnavailable(error) from error
+            raise
+        self._initialised()
+        log.info(
+            "transactional producer started", extra={"transactional_id": self.transactional_id}
+        )
+
+    async def _stop_producer(self) -> bool:
+        """Stop the producer within the transaction timeout; False if it would not stop."""
+        self._started = False
+        try:
+            await asyncio.wait_for(self._publisher.stop(), self._end_s)
+        except TimeoutError:
+            log.error(
+                "the transactional producer did not stop within the transaction timeout",
+                extra={"transactional_id": self.transactional_id},
+            )
+            return False
+        return True
+
+    async def _fence(self, owners: set[str]) -> None:
+        """Initialise each replica's transactional id once: its open transaction is
+        aborted (or, if its commit was under way, completed first) and its producer can
+        no longer commit. Then its progress records are all below the end the progress
+        topic is read to."""
+
+        async def fence(owner: str) -> None:
+            transactional_id = self._settings.transactional_id(owner)
+            fencer = KafkaPublisher(
+                self._settings, self._security, transactional_id=transactional_id
+            )
+            try:
+                await fencer.start()
+            finally:
+                await fencer.stop()
+            log.info(
+                "fenced the previous owner's transactional producer",
+                extra={"owner": owner, "transactional_id": transactional_id},
+            )
+
+        answers = await asyncio.gather(*map(fence, sorted(owners)), return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, PublishFailed):
+                raise TransportUnavailable(answer) if answer.transport else answer
+            if isinstance(answer, BaseException):
+                raise answer
+
     # ------------------------------------------------------------------ transactions
 
     async def publish_shards(
@@ -229,84 +302,78 @@ class ShardTransactions:
         records: Sequence[OutgoingRecord],
         tokens: Mapping[int, int],
     ) -> list[Outcome]:
-        """The records (one per row) in one transaction per shard, all shards at once;
-        an Outcome per record. A shard whose transaction aborted reports its failed
-        records' errors and its others HELD; a fenced shard reports FENCED."""
+        """The records (one per row) in one transaction with a progress record per shard;
+        an Outcome per record. A transaction that aborted reports its failed records'
+        errors and its others HELD; the rows of a shard whose lease the database no longer
+        shows ours report FENCED."""
         results: list[Outcome] = [HELD] * len(records)
-        by_shard: dict[int, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_shard.setdefault(row.shard, []).append(i)
-        await asyncio.gather(
-            *(
-                self._transaction(shard, tokens[shard], indexes, rows, records, results)
-                for shard, indexes in by_shard.items()
-            )
-        )
+        async with self._lock:
+            if not (self._started and self._verified):
+                return results  # the next ready() starts it
+            sending: list[int] = []
+            for i, row in enumerate(rows):
+                entry = self._shards.get(row.shard)
+                if entry is None or entry.token != tokens.get(row.shard):
+                    continue  # dropped or taken again meanwhile: HELD
+                if entry.lost:
+                    results[i] = PublishFailed(
+                        FailureReason.FENCED, "the shard's lease is no longer this replica's"
+                    )
+                    continue
+                if not entry.read:
+                    continue  # taken since the last ready(): HELD
+                sending.append(i)
+            if sending:
+                entries = {rows[i].shard: self._shards[rows[i].shard] for i in sending}
+                outcomes = await self._run(
+                    [rows[i] for i in sending], [records[i] for i in sending], entries
+                )
+                for i, outcome in zip(sending, outcomes, strict=True):
+                    results[i] = outcome
         return results
 
-    async def _transaction(
-        self,
-        shard: int,
-        token: int,
-        indexes: list[int],
-        rows: Sequence[ClaimedRow],
-        records: Sequence[OutgoingRecord],
-        results: list[Outcome],
-    ) -> None:
-        entry = self._shards.get(shard)
-        if entry is None or entry.token != token or not entry.started:
-            return  # dropped meanwhile: HELD, the rows are the next owner's
-        async with entry.lock:
-            if not entry.started:
-                return
-            outcomes = await self._run(shard, entry, [records[i] for i in indexes], indexes, rows)
-        for i, outcome in zip(indexes, outcomes, strict=True):
-            results[i] = outcome
-
     async def _run(
-        self,
-        shard: int,
-        entry: _Shard,
-        records: list[OutgoingRecord],
-        indexes: list[int],
-        rows: Sequence[ClaimedRow],
+        self, rows: list[ClaimedRow], records: list[OutgoingRecord], entries: dict[int, _Shard]
     ) -> list[Outcome]:
-        producer = entry.publisher.producer
+        producer = self._publisher.producer
+        progress: list[Progress] = []
+
+        def trailer(submitted: list[int]) -> list[OutgoingRecord]:
+            # A shard's record lists its rows submitted: all of them acked when it commits
+            # (any failure aborts), and those of its earlier transactions not yet confirmed.
+            ids: dict[int, set[int]] = {}
+            for k in submitted:
+                ids.setdefault(rows[k].shard, set()).add(rows[k].id)
+            for shard, mine in sorted(ids.items()):
+                entry = entries[shard]
+                progress.append(
+                    Progress(shard, entry.token, tuple(sorted(mine | entry.unconfirmed)))
+                )
+            return [p.record(self.progress.topic) for p in progress]
+
         try:
             await producer.begin_transaction()
-            progress: list[Progress] = []
-
-            def trailer(submitted: list[int]) -> OutgoingRecord | None:
-                # Its ids are the rows submitted: all of them acked when it commits (any
-                # failure aborts), and those of earlier transactions not yet confirmed.
-                if not submitted:
-                    return None
-                ids = {rows[indexes[k]].id for k in submitted} | entry.unconfirmed
-                progress.append(Progress(shard, entry.token, tuple(sorted(ids))))
-                return progress[0].record(self.progress.topic)
-
-            outcomes = await entry.publisher.publish_then(records, trailer)
-            stored = outcomes.pop() if progress else None
-            for outcome in outcomes:
+            outcomes = await self._publisher.publish_then(records, trailer)
+            stored, outcomes = outcomes[len(records) :], outcomes[: len(records)]
+            for outcome in (*outcomes, *stored):
                 if isinstance(outcome, PublishFailed) and outcome.reason is FailureReason.FENCED:
-                    # Nothing can end this transaction but the new owner's init.
-                    return await self._failed(shard, entry, outcome, len(records))
+                    # Nothing can end this transaction but the fencer's init.
+                    return await self._failed(outcome, entries, len(records))
             failed = any(isinstance(o, PublishFailed) for o in outcomes)
-            acked = [rows[i].id for i, o in zip(indexes, outcomes, strict=True) if o is ACKED]
-            if not failed and acked and not isinstance(stored, Acked):
-                why = f"progress record not stored: {stored}"
-                return await self._abort(shard, entry, [_aborted(why)] * len(records))
+            acked = [row for row, o in zip(rows, outcomes, strict=True) if o is ACKED]
+            if not failed and acked and not all(isinstance(s, Acked) for s in stored):
+                why = f"progress record not stored: {next(s for s in stored if not isinstance(s, Acked))}"
+                return await self._abort(entries, [_aborted(why)] * len(records))
             if failed or not acked:
                 # A record refused inside the transaction: only it is charged; the others
                 # are not visible and go again in the next one.
-                return await self._abort(
-                    shard, entry, [HELD if o is ACKED else o for o in outcomes]
-                )
+                return await self._abort(entries, [HELD if o is ACKED else o for o in outcomes])
             await self._within(producer.commit_transaction())
         except Exception as exc:
-            return await self._failed(shard, entry, classify(exc), len(records))
-        entry.unconfirmed.update(acked)
-        self.stuck.discard(shard)
+            return await self._failed(classify(exc), entries, len(records))
+        for row in acked:
+            entries[row.shard].unconfirmed.add(row.id)
+        self.stuck.clear()
         self._events.transaction_ended(committed=True)
         return outcomes
 
@@ -319,70 +386,50 @@ class ShardTransactions:
                 f"the transaction did not end within {self._end_s:.0f}s (the transaction timeout)",
             ) from exc
 
-    async def _abort(self, shard: int, entry: _Shard, outcomes: list[Outcome]) -> list[Outcome]:
+    async def _abort(self, entries: dict[int, _Shard], outcomes: list[Outcome]) -> list[Outcome]:
         try:
-            await self._within(entry.publisher.producer.abort_transaction())
+            await self._within(self._publisher.producer.abort_transaction())
         except Exception as exc:
-            return await self._failed(shard, entry, classify(exc), len(outcomes), outcomes)
-        self.stuck.discard(shard)
+            return await self._failed(classify(exc), entries, len(outcomes), outcomes)
+        self.stuck.clear()
         self._events.transaction_ended(committed=False)
         return outcomes
 
     async def _failed(
         self,
-        shard: int,
-        entry: _Shard,
         error: PublishFailed,
+        entries: dict[int, _Shard],
         count: int,
         outcomes: list[Outcome] | None = None,
     ) -> list[Outcome]:
-        """The transaction failed outside its records, or could not be aborted: its end
-        is not known. The producer is stopped (the broker aborts what it had open within
-        the transaction timeout, or the next init does); the next claim starts it again
-        and reads the progress topic first."""
+        """The transaction failed outside its records, or could not be aborted, or the
+        producer was fenced: its end is not known here. The producer is stopped (the
+        broker aborts what it had open within the transaction timeout, or the next init
+        does); the next claim starts it again, checks the leases and reads the progress
+        topic first. Nothing is charged."""
         self._events.transaction_ended(committed=False)
         if error.reason is FailureReason.FENCED:
             log.warning(
-                "transactional producer fenced: the shard has another owner",
-                extra={"shard": shard, "error": str(error)},
+                "transactional producer fenced: a shard this replica held has a new owner; "
+                "the producer starts again and the leases are checked before the next claim",
+                extra={"transactional_id": self.transactional_id, "error": str(error)},
             )
             self._events.fenced()
-            if self._shards.get(shard) is entry:
-                del self._shards[shard]
-            await self._stop(entry)
-            return [error] * count
-        log.warning(
-            "kafka transaction failed; its producer starts again and reads the progress "
-            "topic before the shard's next claim",
-            extra={"shard": shard, "error": str(error)},
-        )
-        if not await self._stop(entry):
-            self.stuck.add(shard)
-        if outcomes is not None:
+        else:
+            log.warning(
+                "kafka transaction failed; the producer starts again and reads the progress "
+                "topic before the next claim",
+                extra={"transactional_id": self.transactional_id, "error": str(error)},
+            )
+        if not await self._stop_producer():
+            self.stuck.update(entries)
+        if outcomes is not None and error.reason is not FailureReason.FENCED:
             # Its abort failed: it was never to be committed, so its records' own
             # failures stand.
             return [HELD if o is ACKED else o for o in outcomes]
         # Perhaps committed: nothing is written for its rows (HELD) until the progress
-        # topic, read before the shard's next claim, has told.
+        # topic, read before the next claim, has told.
         return [HELD] * count
-
-    async def _stop(self, entry: _Shard) -> bool:
-        """Stop the shard's producer within the transaction timeout; False if it would
-        not stop."""
-        entry.started = False
-        try:
-            await asyncio.wait_for(entry.publisher.stop(), self._end_s)
-        except TimeoutError:
-            log.error(
-                "a transactional producer did not stop within the transaction timeout",
-                extra={"transactional_id": entry.publisher.transactional_id},
-            )
-            return False
-        return True
-
-    async def _stop_locked(self, entry: _Shard) -> None:
-        async with entry.lock:
-            await self._stop(entry)
 
 
 class TransactionsRefused(RelayConfigError):

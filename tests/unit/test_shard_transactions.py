@@ -1,13 +1,13 @@
-"""ShardTransactions' decisions without a broker: what a progress record lists, and what
-becomes of a shard whose transaction fails, is fenced or cannot end. The producer and the
-progress topic are doubles; the real broker runs the same paths in
+"""ShardTransactions' decisions without a broker: what the progress records list, whom a
+new owner fences, and what becomes of a transaction that fails, is fenced or cannot end.
+The producer and the progress topic are doubles; the real broker runs the same paths in
 tests/integration/test_relay_transactions.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
@@ -26,6 +26,11 @@ from relay.transport.transactions import ShardTransactions
 
 TOPIC = "orders"
 PROGRESS = "progress"
+ME = "r1"
+ID = f"outbox-relay-replica-{ME}"
+
+# What happened, in order: a producer's start or stop, a progress read, a lease check.
+happened: list[str] = []
 
 
 class Producer:
@@ -61,8 +66,10 @@ class Publisher:
 
     async def start(self) -> None:
         self.starts += 1
+        happened.append(f"start {self.transactional_id}")
 
     async def stop(self) -> None:
+        happened.append(f"stop {self.transactional_id}")
         if self.stop_hangs:
             await asyncio.sleep(3600)
 
@@ -79,11 +86,9 @@ class Publisher:
             PublishFailed(FailureReason.UNKNOWN_TOPIC, "missing") if r.key in self.refuse else ACKED
             for r in records
         ]
-        extra = trailer(list(range(len(records)))) if trailer is not None else None
-        if extra is not None:
-            self.sent.append(extra)
-            outcomes.append(ACKED)
-        return outcomes
+        extras = trailer(list(range(len(records)))) if trailer is not None else []
+        self.sent += extras
+        return outcomes + [ACKED] * len(extras)
 
 
 class Events:
@@ -111,13 +116,29 @@ def progress_topic(monkeypatch: pytest.MonkeyPatch) -> dict[int, Progress]:
         return None
 
     async def read(self: ProgressTopic, shards: Any) -> dict[int, Progress]:
+        shards = sorted(shards)
+        happened.append(f"read {shards}")
         return {s: last[s] for s in shards if s in last}
 
     monkeypatch.setattr(ProgressTopic, "start", nothing)
     monkeypatch.setattr(ProgressTopic, "last", read)
     monkeypatch.setattr(transactions, "KafkaPublisher", Publisher)
     Publisher.made = []
+    happened.clear()
     return last
+
+
+class Leases:
+    """The database's answer to "which of these leases are still ours"."""
+
+    def __init__(self) -> None:
+        self.lost: set[int] = set()
+        self.asked = 0
+
+    async def __call__(self, tokens: Mapping[int, int]) -> set[int]:
+        self.asked += 1
+        happened.append(f"check {sorted(tokens)}")
+        return set(tokens) - self.lost
 
 
 def shard_transactions(events: Events) -> ShardTransactions:
@@ -129,7 +150,7 @@ def shard_transactions(events: Events) -> ShardTransactions:
         kafka_progress_topic=PROGRESS,
         kafka_transaction_timeout_ms=1000,
     ).kafka
-    return ShardTransactions(kafka, KafkaSecurity.plaintext(), events)
+    return ShardTransactions(kafka, KafkaSecurity.plaintext(), ME, events)
 
 
 def row(id_: int, shard: int, key: str = "k") -> ClaimedRow:
@@ -140,18 +161,30 @@ def record(r: ClaimedRow) -> OutgoingRecord:
     return OutgoingRecord(TOPIC, r.key.encode(), b"{}", [])
 
 
-def progress_ids(publisher: Publisher) -> list[list[int]]:
-    return [json.loads(r.value)["ids"] for r in publisher.sent if r.topic == PROGRESS]
+def progress_ids(publisher: Publisher) -> list[dict[int, list[int]]]:
+    """Each transaction's progress records: shard -> ids."""
+    found: list[dict[int, list[int]]] = []
+    fresh = True
+    for r in publisher.sent:
+        if r.topic != PROGRESS:
+            fresh = True
+            continue
+        if fresh:
+            found.append({})
+            fresh = False
+        body = json.loads(r.value)
+        found[-1][body["shard"]] = body["ids"]
+    return found
 
 
-async def one_shard(
-    events: Events, commit_error: BaseException
+async def started(
+    events: Events, tokens: dict[int, int], leases: Leases
 ) -> tuple[ShardTransactions, Publisher]:
-    """Shard 0 under token 1, its producer's commits failing with commit_error."""
+    """Started as the relay starts it, then ready for these leases."""
     shards = shard_transactions(events)
-    await shards.ready({0: 1})
+    await shards.start()
+    await shards.ready(tokens, leases)
     (publisher,) = Publisher.made
-    publisher.producer.commit_error = commit_error
     return shards, publisher
 
 
@@ -161,89 +194,121 @@ async def send(
     return await shards.publish_shards(rows, [record(r) for r in rows], tokens)
 
 
-async def test_a_progress_record_lists_the_rows_not_confirmed_settled(
+async def test_one_transaction_carries_every_shards_rows_and_a_progress_record_each(
     progress_topic: dict[int, Progress],
 ) -> None:
-    shards = shard_transactions(Events())
-    assert await shards.ready({0: 1}) == {}
-    (producer,) = Publisher.made
-    assert await send(shards, [row(1, 0), row(2, 0)], {0: 1}) == [ACKED, ACKED]
-    assert await send(shards, [row(3, 0)], {0: 1}) == [ACKED]  # 1 and 2: settle in flight
+    shards, producer = await started(Events(), {0: 1, 1: 1}, Leases())
+    assert producer.transactional_id == ID
+    assert await send(shards, [row(1, 0), row(2, 0), row(5, 1)], {0: 1, 1: 1}) == [ACKED] * 3
+    assert await send(shards, [row(3, 0)], {0: 1, 1: 1}) == [ACKED]  # 1, 2, 5: settle in flight
     shards.confirm(0, [1, 2])
-    assert await send(shards, [row(4, 0)], {0: 1}) == [ACKED]
-    assert progress_ids(producer) == [[1, 2], [1, 2, 3], [3, 4]]
+    assert await send(shards, [row(4, 0), row(6, 1)], {0: 1, 1: 1}) == [ACKED, ACKED]
+    assert progress_ids(producer) == [
+        {0: [1, 2], 1: [5]},
+        {0: [1, 2, 3]},
+        {0: [3, 4], 1: [5, 6]},
+    ]
     assert producer.producer.calls == ["begin", "commit"] * 3
 
 
-async def test_a_new_owner_settles_what_the_last_progress_record_lists_first(
+async def test_a_new_owner_fences_the_previous_one_before_it_reads_what_kafka_has(
     progress_topic: dict[int, Progress],
 ) -> None:
     progress_topic[5] = Progress(5, 3, (10, 11))
     events = Events()
     shards = shard_transactions(events)
-    assert await shards.ready({5: 4, 6: 4}) == {5: [10, 11]}
-    assert [p.transactional_id for p in Publisher.made] == [
-        "outbox-relay-shard-5",
-        "outbox-relay-shard-6",
+    await shards.start()
+    shards.taken(5, 4, "r0")
+    shards.taken(6, 1, None)  # a lease never held before: no one to fence
+    leases = Leases()
+    assert await shards.ready({5: 4, 6: 1}, leases) == {5: [10, 11]}
+    assert happened == [
+        f"start {ID}",
+        "start outbox-relay-replica-r0",
+        "stop outbox-relay-replica-r0",
+        "check [5, 6]",
+        "read [5, 6]",
     ]
     shards.confirm(5, [10, 11], recovered=True)
-    assert await shards.ready({5: 4, 6: 4}) == {}
+    assert await shards.ready({5: 4, 6: 1}, leases) == {}
     assert events.recovered_rows == 2
+    assert len(Publisher.made) == 2  # the fence is made once
+    assert leases.asked == 1  # and the leases checked once an init
 
 
-async def test_a_refused_record_aborts_its_shards_transaction_only(
+async def test_a_lease_taken_back_under_this_replicas_name_initialises_its_own_producer_again(
+    progress_topic: dict[int, Progress],
+) -> None:
+    shards, producer = await started(Events(), {0: 1}, Leases())
+    happened.clear()
+    shards.taken(0, 2, ME)
+    await shards.ready({0: 2}, Leases())
+    assert happened == [f"stop {ID}", f"start {ID}", "check [0]", "read [0]"]
+    assert Publisher.made == [producer]
+
+
+async def test_a_refused_record_aborts_the_transaction_and_charges_it_alone(
     progress_topic: dict[int, Progress],
 ) -> None:
     events = Events()
-    shards = shard_transactions(events)
-    await shards.ready({0: 1, 1: 1})
-    first, second = Publisher.made
-    first.refuse = {b"bad"}
+    shards, producer = await started(events, {0: 1, 1: 1}, Leases())
+    producer.refuse = {b"bad"}
     outcomes = await send(shards, [row(1, 0), row(2, 0, "bad"), row(3, 1)], {0: 1, 1: 1})
     assert outcomes[0] is HELD  # not charged: it goes in the next transaction
     assert isinstance(outcomes[1], PublishFailed)
     assert outcomes[1].reason is FailureReason.UNKNOWN_TOPIC
-    assert outcomes[2] is ACKED  # another shard, another transaction
-    assert first.producer.calls == ["begin", "abort"]  # its progress record with it
-    assert second.producer.calls == ["begin", "commit"]
-    assert sorted(events.ended) == [False, True]
+    assert outcomes[2] is HELD  # another shard's, in the same transaction
+    assert producer.producer.calls == ["begin", "abort"]
+    assert events.ended == [False]
+    assert await send(shards, [row(1, 0), row(3, 1)], {0: 1, 1: 1}) == [ACKED, ACKED]
 
 
 async def test_a_commit_without_an_answer_holds_its_rows_until_the_progress_topic_tells(
     progress_topic: dict[int, Progress],
 ) -> None:
-    shards, publisher = await one_shard(Events(), kafka_errors.KafkaTimeoutError())
+    leases = Leases()
+    shards, publisher = await started(Events(), {0: 1}, leases)
+    publisher.producer.commit_error = kafka_errors.KafkaTimeoutError()
     assert await send(shards, [row(1, 0), row(2, 0)], {0: 1}) == [HELD, HELD]
     # It did commit: the progress topic says so, and the restarted producer reads it.
     progress_topic[0] = Progress(0, 1, (1, 2))
-    assert await shards.ready({0: 1}) == {0: [1, 2]}
+    assert await send(shards, [row(3, 0)], {0: 1}) == [HELD]  # not before ready()
+    assert await shards.ready({0: 1}, leases) == {0: [1, 2]}
     assert publisher.starts == 2
+    assert leases.asked == 2
 
 
-async def test_a_fenced_shard_is_let_go_and_its_rows_not_charged(
+async def test_a_fenced_producer_holds_its_rows_and_lets_go_only_the_shards_taken_from_it(
     progress_topic: dict[int, Progress],
 ) -> None:
     events = Events()
-    shards, _ = await one_shard(events, kafka_errors.ProducerFenced())
-    outcomes = await send(shards, [row(1, 0)], {0: 1})
-    assert isinstance(outcomes[0], PublishFailed)
-    assert outcomes[0].reason is FailureReason.FENCED
-    assert not outcomes[0].charged
+    leases = Leases()
+    shards, publisher = await started(events, {0: 1, 1: 1}, leases)
+    publisher.producer.commit_error = kafka_errors.ProducerFenced()
+    assert await send(shards, [row(1, 0), row(2, 1)], {0: 1, 1: 1}) == [HELD, HELD]
     assert events.fenced_count == 1
-    # The shard's producer is gone: a later lease of it starts a new one.
-    await shards.ready({0: 2})
-    assert len(Publisher.made) == 2
+    # Another replica took shard 1 (and fenced this one to do it).
+    publisher.producer.commit_error = None
+    leases.lost = {1}
+    assert await shards.ready({0: 1, 1: 1}, leases) == {}
+    outcomes = await send(shards, [row(1, 0), row(2, 1)], {0: 1, 1: 1})
+    assert outcomes[0] is ACKED
+    assert isinstance(outcomes[1], PublishFailed)
+    assert outcomes[1].reason is FailureReason.FENCED
+    assert not outcomes[1].charged
+    assert progress_ids(publisher)[-1] == {0: [1]}
 
 
-async def test_a_transaction_that_cannot_end_marks_its_shard_stuck(
+async def test_a_transaction_that_cannot_end_marks_its_shards_stuck(
     progress_topic: dict[int, Progress],
 ) -> None:
-    shards, publisher = await one_shard(Events(), kafka_errors.KafkaTimeoutError())
+    shards, publisher = await started(Events(), {0: 1, 1: 1}, Leases())
+    publisher.producer.commit_error = kafka_errors.KafkaTimeoutError()
     publisher.stop_hangs = True
-    assert await send(shards, [row(1, 0)], {0: 1}) == [HELD]
-    assert shards.stuck == {0}
-    shards.forget(0)  # the lease went: the next owner's init ends it
-    assert shards.stuck == set()
+    assert await send(shards, [row(1, 0), row(2, 1)], {0: 1, 1: 1}) == [HELD, HELD]
+    assert shards.stuck == {0, 1}
+    shards.forget(0)  # the lease went: the next owner's fence ends it
+    assert shards.stuck == {1}
 
 
 def test_a_fenced_error_is_its_own_reason() -> None:

@@ -29,10 +29,10 @@ KAFKA = {
 }
 
 
-def test_transactions_are_off_by_default_and_name_a_producer_per_shard() -> None:
+def test_transactions_are_off_by_default_and_name_a_producer_per_replica() -> None:
     kafka = load_settings(**KAFKA).kafka
     assert not kafka.transactions
-    assert kafka.transactional_id(7) == "outbox-relay-shard-7"
+    assert kafka.transactional_id("pod-7") == "outbox-relay-replica-pod-7"
     assert kafka.transaction_timeout_ms < load_settings(**KAFKA).leases.lease_ttl_s * 1000
 
 
@@ -186,7 +186,7 @@ async def test_a_broker_that_refuses_transactions_is_named_at_start_up(
     monkeypatch.setattr(ProgressTopic, "start", nothing)
     monkeypatch.setattr(KafkaPublisher, "start", refused)
     kafka = load_settings(**KAFKA, kafka_transactions=True).kafka
-    publisher = ShardTransactions(kafka, KafkaSecurity.plaintext())
+    publisher = ShardTransactions(kafka, KafkaSecurity.plaintext(), "r1")
     with pytest.raises(TransactionsRefused, match="refuses transactions") as caught:
         await publisher.start()
     assert type(refusal).__name__ in str(caught.value)
@@ -206,5 +206,5 @@ async def test_a_broker_away_at_start_up_is_retried_not_refused(
     monkeypatch.setattr(KafkaPublisher, "start", away)
     kafka = load_settings(**KAFKA, kafka_transactions=True).kafka
     with pytest.raises(PublishFailed) as caught:
-        await ShardTransactions(kafka, KafkaSecurity.plaintext()).start()
+        await ShardTransactions(kafka, KafkaSecurity.plaintext(), "r1").start()
     assert caught.value.retriable
