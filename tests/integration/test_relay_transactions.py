@@ -46,7 +46,7 @@ from tests.support.stores import emit, event, keys_on_shard
 from tests.support.transactions import sync_tx
 from tests.support.waits import until
 
-pytestmark = [pytest.mark.integration, pytest.mark.dialects("postgres", "sqlite")]
+pytestmark = [pytest.mark.integration, pytest.mark.dialects("postgres", "sqlite", "mariadb")]
 
 
 def transactional(backend: Backend, bootstrap: str, **over: Any) -> RelaySettings:
