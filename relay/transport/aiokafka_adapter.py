@@ -19,7 +19,9 @@ partitions and unauthorized topics) are aiokafka's client internals.
 
 Transactions. The wait before a transaction's partitions are asked for again, after the
 previous commit's markers were not written yet, is aiokafka's constant
-(`quick_transaction_retries`).
+(`quick_transaction_retries`). A transaction's partitions (`transaction_partitions`) and
+adding partitions before any record is sent to them (`add_to_transaction`: the
+coordinator's round trip then runs beside the claim) are its transaction manager's.
 
 Everything else (send_batch, the builder's append and close, the transaction calls) is
 aiokafka's public API.
@@ -34,7 +36,7 @@ import time
 from enum import Enum
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.producer.message_accumulator import BatchBuilder
 
@@ -44,8 +46,10 @@ __all__ = [
     "BatchBuilder",
     "TopicDirectory",
     "TopicState",
+    "add_to_transaction",
     "quick_transaction_retries",
     "record_batch",
+    "transaction_partitions",
 ]
 
 log = logging.getLogger("relay.topics")
@@ -210,3 +214,22 @@ class TopicDirectory:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def transaction_partitions(producer: AIOKafkaProducer) -> frozenset[TopicPartition]:
+    """The partitions of the producer's open transaction (added, or being added)."""
+    txn = producer._txn_manager
+    if txn is None:
+        return frozenset()
+    return frozenset(txn._txn_partitions) | frozenset(txn.partitions_to_add())
+
+
+def add_to_transaction(producer: AIOKafkaProducer, partitions: frozenset[TopicPartition]) -> None:
+    """Have the producer add these partitions to its open transaction now, before any
+    record goes to them: the sender asks the coordinator at once (one request), and a
+    record sent to them later waits for nothing more."""
+    txn = producer._txn_manager
+    assert txn is not None
+    assert txn.is_in_transaction()
+    for tp in partitions:
+        txn.maybe_add_partition_to_txn(tp)

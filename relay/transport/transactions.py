@@ -29,9 +29,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from aiokafka import TopicPartition
+
 from outbox_core.kafka_security import KafkaSecurity
 from relay.errors import RelayConfigError
 from relay.store import ClaimedRow
+from relay.transport.aiokafka_adapter import add_to_transaction, transaction_partitions
 from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
 from relay.transport.kafka import KafkaPublisher, classify
 from relay.transport.kafka_settings import KafkaSettings
@@ -108,6 +111,11 @@ class ShardTransactions:
         self._lock = asyncio.Lock()
         self._started = False  # the producer initialised
         self._verified = False  # the leases checked in the database since that init
+        # The next transaction, begun before the cycle's claim with the partitions the
+        # last committed one had, so their AddPartitionsToTxn round trip runs beside
+        # the claim instead of before the first record can be sent.
+        self._ahead = False
+        self._partitions: frozenset[TopicPartition] = frozenset()
         self._shards: dict[int, _Shard] = {}
         self.stuck: set[int] = set()  # shards of a transaction that could not be ended
         self._end_s = settings.transaction_timeout_ms / 1000
@@ -207,6 +215,7 @@ class ShardTransactions:
                         "to_settle": sum(len(e.orphans) for e in fresh.values()),
                     },
                 )
+            await self._begin_ahead()
             return {
                 shard: sorted(entry.orphans)
                 for shard in tokens
@@ -234,11 +243,39 @@ class ShardTransactions:
 
     # ------------------------------------------------------------------ the producer
 
+    async def _begin_ahead(self) -> None:
+        """Begin the next transaction before the cycle's claim, with the partitions the
+        last one committed to (the coordinator adds them while the claim runs). One the
+        previous cycle did not use (its claim found nothing) is aborted here instead,
+        and none is begun again until a transaction commits: an idle relay keeps no
+        transaction open."""
+        if not (self._started and self._verified):
+            return
+        producer = self._publisher.producer
+        try:
+            if self._ahead:
+                self._ahead = False
+                self._partitions = frozenset()
+                await self._within(producer.abort_transaction())
+            elif self._partitions:
+                await producer.begin_transaction()
+                add_to_transaction(producer, self._partitions)
+                self._ahead = True
+        except Exception as exc:
+            # Nothing was sent in it: the producer starts again before the next claim.
+            log.warning(
+                "a transaction begun ahead could not be ended; the producer starts again",
+                extra={"error": str(classify(exc))},
+            )
+            await self._stop_producer()
+
     def _initialised(self) -> None:
         """A new epoch: every lease is checked again, and every shard's progress read
         again, before the next transaction."""
         self._started = True
         self._verified = False
+        self._ahead = False
+        self._partitions = frozenset()
         for entry in self._shards.values():
             entry.read = False
 
@@ -257,6 +294,7 @@ class ShardTransactions:
     async def _stop_producer(self) -> bool:
         """Stop the producer within the transaction timeout; False if it would not stop."""
         self._started = False
+        self._ahead = False
         try:
             await asyncio.wait_for(self._publisher.stop(), self._end_s)
         except TimeoutError:
@@ -352,7 +390,10 @@ class ShardTransactions:
             return [p.record(self.progress.topic) for p in progress]
 
         try:
-            await producer.begin_transaction()
+            if self._ahead:
+                self._ahead = False  # this is the transaction begun before the claim
+            else:
+                await producer.begin_transaction()
             outcomes = await self._publisher.publish_then(records, trailer)
             stored, outcomes = outcomes[len(records) :], outcomes[: len(records)]
             for outcome in (*outcomes, *stored):
@@ -368,11 +409,13 @@ class ShardTransactions:
                 # A record refused inside the transaction: only it is charged; the others
                 # are not visible and go again in the next one.
                 return await self._abort(entries, [HELD if o is ACKED else o for o in outcomes])
+            partitions = transaction_partitions(producer)
             await self._within(producer.commit_transaction())
         except Exception as exc:
             return await self._failed(classify(exc), entries, len(records))
         for row in acked:
             entries[row.shard].unconfirmed.add(row.id)
+        self._partitions = partitions
         self.stuck.clear()
         self._events.transaction_ended(committed=True)
         return outcomes

@@ -10,7 +10,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from relay.transport.aiokafka_adapter import (
@@ -18,8 +18,10 @@ from relay.transport.aiokafka_adapter import (
     BatchBuilder,
     TopicDirectory,
     TopicState,
+    add_to_transaction,
     quick_transaction_retries,
     record_batch,
+    transaction_partitions,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,6 +124,22 @@ async def test_a_transactional_producers_batches_carry_the_transactional_flag() 
         batch = record_batch(producer, 1024)
         batch.append(timestamp=None, key=b"k", value=b"v", headers=[])
         assert DefaultRecordBatch(bytes(batch._build())).is_transactional is flag
+
+
+async def test_partitions_added_ahead_are_the_transactions_and_asked_for_at_once() -> None:
+    producer = AIOKafkaProducer(bootstrap_servers="localhost:1", transactional_id="t")
+    txn = producer._txn_manager
+    assert transaction_partitions(producer) == frozenset()
+    txn.set_pid_and_epoch(1, 0)  # what start() and begin_transaction() do, without a broker
+    txn.begin_transaction()
+    woken = txn.make_task_waiter()
+    wanted = frozenset({TopicPartition("orders", 1), TopicPartition("progress", 0)})
+    add_to_transaction(producer, wanted)
+    assert woken.done()  # the sender wakes to ask the coordinator
+    assert txn.partitions_to_add() == wanted
+    assert transaction_partitions(producer) == wanted
+    txn.partition_added(TopicPartition("orders", 1))
+    assert transaction_partitions(producer) == wanted
 
 
 def test_the_wait_after_concurrent_transactions_is_the_constant_the_relay_sets(

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka import errors as kafka_errors
 
 from outbox_core.kafka_security import KafkaSecurity
@@ -33,21 +34,48 @@ ID = f"outbox-relay-replica-{ME}"
 happened: list[str] = []
 
 
+class TxnManager:
+    """aiokafka's transaction manager, as far as the adapter reads it."""
+
+    def __init__(self) -> None:
+        self._txn_partitions: set[TopicPartition] = set()
+        self.pending: set[TopicPartition] = set()
+        self.open = False
+
+    def partitions_to_add(self) -> set[TopicPartition]:
+        return self.pending
+
+    def is_in_transaction(self) -> bool:
+        return self.open
+
+    def maybe_add_partition_to_txn(self, tp: TopicPartition) -> None:
+        self.pending.add(tp)
+
+
 class Producer:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.commit_error: BaseException | None = None
+        self._txn_manager = TxnManager()
 
     async def begin_transaction(self) -> None:
         self.calls.append("begin")
+        self._txn_manager.open = True
 
     async def commit_transaction(self) -> None:
         self.calls.append("commit")
+        self._end()
         if self.commit_error is not None:
             raise self.commit_error
 
     async def abort_transaction(self) -> None:
         self.calls.append("abort")
+        self._end()
+
+    def _end(self) -> None:
+        self._txn_manager.open = False
+        self._txn_manager._txn_partitions.clear()
+        self._txn_manager.pending.clear()
 
 
 class Publisher:
@@ -82,12 +110,14 @@ class Publisher:
     ) -> list[Outcome]:
         """Every record is submitted; those of a refused key fail at their ack."""
         self.sent += records
+        self.producer._txn_manager.pending.update(TopicPartition(r.topic, 0) for r in records)
         outcomes: list[Outcome] = [
             PublishFailed(FailureReason.UNKNOWN_TOPIC, "missing") if r.key in self.refuse else ACKED
             for r in records
         ]
         extras = trailer(list(range(len(records)))) if trailer is not None else []
         self.sent += extras
+        self.producer._txn_manager.pending.update(TopicPartition(r.topic, 0) for r in extras)
         return outcomes + [ACKED] * len(extras)
 
 
@@ -209,6 +239,25 @@ async def test_one_transaction_carries_every_shards_rows_and_a_progress_record_e
         {0: [3, 4], 1: [5, 6]},
     ]
     assert producer.producer.calls == ["begin", "commit"] * 3
+
+
+async def test_the_next_transaction_begins_before_the_claim_and_none_stays_open_idle(
+    progress_topic: dict[int, Progress],
+) -> None:
+    leases = Leases()
+    shards, publisher = await started(Events(), {0: 1}, leases)
+    producer = publisher.producer
+    assert await send(shards, [row(1, 0)], {0: 1}) == [ACKED]
+    await shards.ready({0: 1}, leases)  # a cycle's start: begun, its partitions asked for
+    assert producer.calls == ["begin", "commit", "begin"]
+    assert producer._txn_manager.pending == {TopicPartition(TOPIC, 0), TopicPartition(PROGRESS, 0)}
+    assert await send(shards, [row(2, 0)], {0: 1}) == [ACKED]  # in the one begun ahead
+    assert producer.calls == ["begin", "commit", "begin", "commit"]
+    await shards.ready({0: 1}, leases)  # begun ahead again; its claim finds nothing
+    await shards.ready({0: 1}, leases)  # so it is aborted, and nothing begun
+    await shards.ready({0: 1}, leases)
+    assert producer.calls == ["begin", "commit", "begin", "commit", "begin", "abort"]
+    assert not producer._txn_manager.open
 
 
 async def test_a_new_owner_fences_the_previous_one_before_it_reads_what_kafka_has(
