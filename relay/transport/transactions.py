@@ -264,8 +264,9 @@ class ShardTransactions:
         except Exception as exc:
             # Nothing was sent in it: the producer starts again before the next claim.
             log.warning(
-                "a transaction begun ahead could not be ended; the producer starts again",
-                extra={"error": str(classify(exc))},
+                "kafka transaction failed (begun ahead, nothing sent in it); the producer "
+                "starts again and reads the progress topic before the next claim",
+                extra={"transactional_id": self.transactional_id, "error": str(classify(exc))},
             )
             await self._stop_producer()
 
