@@ -289,7 +289,10 @@ class KafkaPublisher:
                 groups[record.topic, partition] = [(i, record)]
             else:
                 group.append((i, record))
-        acks: list[tuple[asyncio.Future[None], list[int]]] = []
+        # Every healthy batch is acked or expired by aiokafka within about two request
+        # timeouts; a batch appended while its producer was being stopped (recreated)
+        # is never sent nor failed, and its shard would wait for it forever.
+        acks = _Acks(3 * self._settings.request_timeout_ms / 1000)
         sizes = {topic: self._sizes(topic) for topic, _ in groups}
         if any(largest is None for _, largest in sizes.values()):
             await self._limits.read(LOOKUP_WAIT_S)  # as for a topic's lookup
@@ -300,15 +303,12 @@ class KafkaPublisher:
                 producer, topic, partition, size, items, results, acks, largest
             )
         if trailer is not None:
-            extras = trailer(sorted(i for _, members in acks for i in members))
+            extras = trailer(sorted(i for members in acks.members for i in members))
             if extras:
                 results += [HELD] * len(extras)
                 await self._trail(producer, extras, len(records), results, acks)
-        answers = await asyncio.gather(*(ack for ack, _ in acks), return_exceptions=True)
-        for (_, members), answer in zip(acks, answers, strict=True):
-            if isinstance(answer, asyncio.CancelledError):
-                raise answer
-            outcome: Outcome = ACKED if answer is None else classify(answer)
+        for members, failed in await acks.wait():
+            outcome: Outcome = ACKED if failed is None else failed
             for i in members:
                 results[i] = outcome
         return results
@@ -319,7 +319,7 @@ class KafkaPublisher:
         extras: Sequence[OutgoingRecord],
         first: int,
         results: list[Outcome],
-        acks: list[tuple[asyncio.Future[None], list[int]]],
+        acks: _Acks,
     ) -> None:
         """Submit the trailer's records (publish_then's, all of one topic), their outcomes
         from index `first`; HELD while the topic is being looked up."""
@@ -348,7 +348,7 @@ class KafkaPublisher:
         size: int,
         items: list[tuple[int, OutgoingRecord]],
         results: list[Outcome],
-        acks: list[tuple[asyncio.Future[None], list[int]]],
+        acks: _Acks,
         largest: int | None = None,
     ) -> None:
         """largest: the largest record the topic takes (None: not known; then none is
@@ -405,7 +405,7 @@ class KafkaPublisher:
         partition: int,
         members: list[int],
         results: list[Outcome],
-        acks: list[tuple[asyncio.Future[None], list[int]]],
+        acks: _Acks,
         batch_bytes: int = 0,
     ) -> PublishFailed | None:
         if self._settings.linger_ms == 0:
@@ -419,17 +419,8 @@ class KafkaPublisher:
             for i in members:
                 results[i] = failed
             return failed
-        # Every healthy batch is acked or expired by aiokafka within about two request
-        # timeouts; a batch appended while its producer was being stopped (recreated)
-        # is never sent nor failed, and its shard would wait for it forever.
-        limit_s = 3 * self._settings.request_timeout_ms / 1000
         records = len(members)
-        acks.append(
-            (
-                _ack(fut, limit_s, lambda exc: self._refused(exc, topic, records, batch_bytes)),
-                members,
-            )
-        )
+        acks.add(fut, members, lambda exc: self._refused(exc, topic, records, batch_bytes))
         return None
 
     def _say_refused(self, topic: str, failed: PublishFailed) -> None:
@@ -486,34 +477,63 @@ def _key_slot(key: bytes) -> int:
     return int(murmur2(key)) & 0x7FFFFFFF
 
 
-def _ack(
-    fut: asyncio.Future[Any], limit_s: float, refused: Callable[[BaseException], PublishFailed]
-) -> asyncio.Future[None]:
-    """The batch's ack: aiokafka's outcome with its error translated, or a PublishFailed
-    after limit_s. Callbacks and a timer, not a task with wait_for: a cycle sends a batch
-    per partition, and each task would cost the event loop several more iterations."""
-    loop = asyncio.get_running_loop()
-    ack: asyncio.Future[None] = loop.create_future()
+class _Acks:
+    """The acks of one publish call's record batches, joined: each batch's outcome is
+    aiokafka's with its error translated, and a batch still unanswered after limit_s
+    fails with NO_ACK. One future and one timer a call and a callback a batch, not a
+    future, a timer and a gather entry per batch: at a steady trickle those cost a cycle
+    (a batch per partition) more event-loop work than its produce request."""
 
-    def settle(done: asyncio.Future[Any]) -> None:
-        if ack.done():
-            return
+    def __init__(self, limit_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._limit_s = limit_s
+        self._all: asyncio.Future[None] = self._loop.create_future()
+        self._left = 0
+        self.members: list[list[int]] = []  # the record indexes of each batch
+        # What a batch not answered in time is told.
+        self._no_ack = PublishFailed(
+            FailureReason.NO_ACK, f"no ack from Kafka within {limit_s:.0f}s"
+        )
+        self._answers: list[PublishFailed | None] = []
+
+    def add(
+        self,
+        fut: asyncio.Future[Any],
+        members: list[int],
+        refused: Callable[[BaseException], PublishFailed],
+    ) -> None:
+        """One submitted batch: fut is aiokafka's; refused translates its error."""
+        n = len(self.members)
+        self.members.append(members)
+        self._answers.append(self._no_ack)
+        self._left += 1
+        fut.add_done_callback(functools.partial(self._answered, n, refused))
+
+    def _answered(
+        self, n: int, refused: Callable[[BaseException], PublishFailed], done: asyncio.Future[Any]
+    ) -> None:
+        if self._all.done():
+            return  # expired, or the call was cancelled: the outcome stands
         if done.cancelled():
-            ack.set_exception(PublishFailed(FailureReason.PRODUCER_BROKEN, "send cancelled"))
-            return
-        exc = done.exception()
-        if exc is None:
-            ack.set_result(None)
-            return
-        ack.set_exception(refused(exc))
+            self._answers[n] = PublishFailed(FailureReason.PRODUCER_BROKEN, "send cancelled")
+        else:
+            exc = done.exception()
+            self._answers[n] = None if exc is None else refused(exc)
+        self._left -= 1
+        if not self._left:
+            self._all.set_result(None)
 
-    def expire() -> None:
-        if not ack.done():
-            ack.set_exception(
-                PublishFailed(FailureReason.NO_ACK, f"no ack from Kafka within {limit_s:.0f}s")
-            )
+    def _expire(self) -> None:
+        if not self._all.done():
+            self._all.set_result(None)  # the batches not answered keep NO_ACK
 
-    timer = loop.call_later(limit_s, expire)
-    ack.add_done_callback(lambda _: timer.cancel())
-    fut.add_done_callback(settle)
-    return ack
+    async def wait(self) -> list[tuple[list[int], PublishFailed | None]]:
+        """Each batch's members and its failure (None: acked), once every batch is
+        answered or limit_s has passed."""
+        if self._left:
+            timer = self._loop.call_later(self._limit_s, self._expire)
+            try:
+                await self._all
+            finally:
+                timer.cancel()
+        return list(zip(self.members, self._answers, strict=True))

@@ -20,7 +20,7 @@ from relay.pipeline.step import BatchOutcome, BatchSettings, _failure, backoff_s
 from relay.service import RelayService
 from relay.store import ClaimedRow
 from relay.transport.errors import FailureReason, PublishFailed
-from relay.transport.kafka import KafkaPublisher, _ack, classify
+from relay.transport.kafka import KafkaPublisher, _Acks, classify
 from relay.transport.memory import MemoryPublisher
 from relay.transport.protocol import ACKED, HELD
 from relay.transport.records import OutgoingRecord
@@ -479,9 +479,10 @@ def test_environment_variables_that_name_no_setting_are_found() -> None:
 
 
 async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
-    """The ack of a record batch: aiokafka's result passes, its error arrives translated
-    (a size error also makes the topic's limit be read again), and a batch nobody ever
-    answers fails as fatal after the limit, so its shard is not stuck behind it."""
+    """The acks of a call's record batches: aiokafka's result passes, its error arrives
+    translated (a size error also makes the topic's limit be read again), a cancelled
+    send is the producer's fault, and a batch nobody ever answers fails as fatal after
+    the limit, so its shard is not stuck behind it, while the others keep their outcome."""
     loop = asyncio.get_running_loop()
     forgotten: list[str] = []
 
@@ -489,19 +490,47 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
         forgotten.append("orders")
         return classify(exc)
 
-    ok, too_big, never = loop.create_future(), loop.create_future(), loop.create_future()
-    acks = [_ack(f, 0.05, forget) for f in (ok, too_big, never)]
+    futures = [loop.create_future() for _ in range(4)]
+    ok, too_big, cancelled, never = futures
+    acks = _Acks(0.05)
+    for n, fut in enumerate(futures):
+        acks.add(fut, [2 * n, 2 * n + 1], forget)
     ok.set_result(object())
     too_big.set_exception(kafka_errors.MessageSizeTooLargeError())
-    results = await asyncio.gather(*acks, return_exceptions=True)
-    assert results[0] is None
-    assert isinstance(results[1], PublishFailed)
-    assert not results[1].retriable
-    assert isinstance(results[2], PublishFailed)
-    assert results[2].fatal
-    assert "no ack from Kafka" in str(results[2])
+    cancelled.cancel()
+    results = await acks.wait()
+    assert [members for members, _ in results] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    failures = [failed for _, failed in results]
+    assert failures[0] is None
+    assert isinstance(failures[1], PublishFailed)
+    assert not failures[1].retriable
+    assert isinstance(failures[2], PublishFailed)
+    assert failures[2].reason is FailureReason.PRODUCER_BROKEN
+    assert isinstance(failures[3], PublishFailed)
+    assert failures[3].fatal
+    assert "no ack from Kafka" in str(failures[3])
     assert forgotten == ["orders"]
-    never.cancel()
+    never.set_result(object())  # too late: the outcome stands
+    await asyncio.sleep(0)
+    assert [failed for _, failed in await acks.wait()] == failures
+
+
+async def test_the_acks_of_a_call_end_with_its_last_batch() -> None:
+    """Every batch answered: the call's acks end then, not at the limit."""
+    loop = asyncio.get_running_loop()
+    futures = [loop.create_future() for _ in range(3)]
+    acks = _Acks(3600.0)
+    for n, fut in enumerate(futures):
+        acks.add(fut, [n], classify)
+    waiting = asyncio.ensure_future(acks.wait())
+    for fut in futures[:2]:
+        fut.set_result(object())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    futures[2].set_result(object())
+    assert [failed for _, failed in await waiting] == [None, None, None]
+    assert await _Acks(3600.0).wait() == []  # no batch: nothing to wait for
 
 
 # ---------------------------------------------------------------------------- readiness
