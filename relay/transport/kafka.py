@@ -490,11 +490,7 @@ class _Acks:
         self._all: asyncio.Future[None] = self._loop.create_future()
         self._left = 0
         self.members: list[list[int]] = []  # the record indexes of each batch
-        # What a batch not answered in time is told.
-        self._no_ack = PublishFailed(
-            FailureReason.NO_ACK, f"no ack from Kafka within {limit_s:.0f}s"
-        )
-        self._answers: list[PublishFailed | None] = []
+        self._answers: list[PublishFailed | None] = []  # _UNANSWERED until answered
 
     def add(
         self,
@@ -505,7 +501,7 @@ class _Acks:
         """One submitted batch: fut is aiokafka's; refused translates its error."""
         n = len(self.members)
         self.members.append(members)
-        self._answers.append(self._no_ack)
+        self._answers.append(_UNANSWERED)
         self._left += 1
         fut.add_done_callback(functools.partial(self._answered, n, refused))
 
@@ -525,15 +521,24 @@ class _Acks:
 
     def _expire(self) -> None:
         if not self._all.done():
-            self._all.set_result(None)  # the batches not answered keep NO_ACK
+            self._all.set_result(None)  # the batches not answered fail with NO_ACK
 
     async def wait(self) -> list[tuple[list[int], PublishFailed | None]]:
         """Each batch's members and its failure (None: acked), once every batch is
         answered or limit_s has passed."""
-        if self._left:
+        if self._left and not self._all.done():
             timer = self._loop.call_later(self._limit_s, self._expire)
             try:
                 await self._all
             finally:
                 timer.cancel()
+        if self._left:
+            no_ack = PublishFailed(
+                FailureReason.NO_ACK, f"no ack from Kafka within {self._limit_s:.0f}s"
+            )
+            self._answers = [no_ack if a is _UNANSWERED else a for a in self._answers]
         return list(zip(self.members, self._answers, strict=True))
+
+
+# A batch's answer until aiokafka gives one: never handed out (wait() replaces it).
+_UNANSWERED = PublishFailed(FailureReason.NO_ACK, "not answered yet")
