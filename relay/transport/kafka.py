@@ -354,7 +354,6 @@ class KafkaPublisher:
         """largest: the largest record the topic takes (None: not known; then none is
         refused here). A record larger than `size` goes in a batch of its own."""
         builder, members, start = self._builder(producer, size), list[int](), 0
-        batch_bytes = 0
         # Keys whose later records wait for the next call: in a batch already submitted
         # by this call, or refused as too large.
         held: set[bytes] = set()
@@ -367,7 +366,7 @@ class KafkaPublisher:
             # its size checked (a later one that does not fit starts the next batch).
             if members and _append(builder, record) is None:  # full: submit it
                 failed = await self._submit(
-                    producer, builder, topic, partition, members, results, acks, batch_bytes
+                    producer, builder, topic, partition, members, results, acks, items[start:n]
                 )
                 if failed is not None:
                     return  # nothing later of this partition may overtake it: HELD
@@ -375,7 +374,6 @@ class KafkaPublisher:
                 # were held already).
                 held.update(earlier.key for _, earlier in items[start:n])
                 builder, members, start = self._builder(producer, size), [], n
-                batch_bytes = 0
                 if record.key in held:
                     continue  # HELD
             if not members:
@@ -391,10 +389,9 @@ class KafkaPublisher:
                     continue
                 _append(builder, record)
             members.append(i)
-            batch_bytes += record.size + RECORD_OVERHEAD
         if members:
             await self._submit(
-                producer, builder, topic, partition, members, results, acks, batch_bytes
+                producer, builder, topic, partition, members, results, acks, items[start:]
             )
 
     async def _submit(
@@ -406,8 +403,9 @@ class KafkaPublisher:
         members: list[int],
         results: list[Outcome],
         acks: _Acks,
-        batch_bytes: int = 0,
+        built_from: Sequence[tuple[int, OutgoingRecord]] = (),
     ) -> PublishFailed | None:
+        """built_from: the items the batch was built from (members among them)."""
         if self._settings.linger_ms == 0:
             builder.close()  # ready to send at once (aiokafka lingers over open batches)
         try:
@@ -420,7 +418,11 @@ class KafkaPublisher:
                 results[i] = failed
             return failed
         records = len(members)
-        acks.add(fut, members, lambda exc: self._refused(exc, topic, records, batch_bytes))
+        acks.add(
+            fut,
+            members,
+            lambda exc: self._refused(exc, topic, records, _batch_bytes(built_from, members)),
+        )
         return None
 
     def _say_refused(self, topic: str, failed: PublishFailed) -> None:
@@ -461,6 +463,13 @@ class KafkaPublisher:
             f"{failed}: a batch of {records} records ({batch_bytes} bytes); topic {topic}'s "
             f"batches are now at most {cap} bytes",
         )
+
+
+def _batch_bytes(items: Sequence[tuple[int, OutgoingRecord]], members: list[int]) -> int:
+    """A batch's bytes, as the broker's size refusal is judged by: counted only for a
+    refused batch, not record by record for every batch sent."""
+    chosen = set(members)
+    return sum(record.size + RECORD_OVERHEAD for i, record in items if i in chosen)
 
 
 def _append(builder: BatchBuilder, record: OutgoingRecord) -> Any:
