@@ -20,7 +20,7 @@ from relay.pipeline.step import BatchOutcome, BatchSettings, _failure, backoff_s
 from relay.service import RelayService
 from relay.store import ClaimedRow
 from relay.transport.errors import FailureReason, PublishFailed
-from relay.transport.kafka import KafkaPublisher, _Acks, classify
+from relay.transport.kafka import RECORD_OVERHEAD, KafkaPublisher, _Acks, _batch_bytes, classify
 from relay.transport.memory import MemoryPublisher
 from relay.transport.protocol import ACKED, HELD
 from relay.transport.records import OutgoingRecord
@@ -513,6 +513,18 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
     never.set_result(object())  # too late: the outcome stands
     await asyncio.sleep(0)
     assert [failed for _, failed in await acks.wait()] == failures
+
+
+def test_a_refused_batch_is_counted_by_the_records_it_held() -> None:
+    """What a size refusal halves: the bytes of the records the batch held (key, value,
+    headers and each record's overhead), not those of the items it skipped."""
+    items = [
+        (0, OutgoingRecord("orders", b"k0", b"v" * 10, [("event_id", b"e" * 5)])),
+        (3, OutgoingRecord("orders", b"k1", b"v" * 100, [])),  # held, not in the batch
+        (4, OutgoingRecord("orders", b"k2", b"v" * 20, [])),
+    ]
+    held = 2 + 10 + len("event_id") + 5 + 2 + 20
+    assert _batch_bytes(items, [0, 4]) == held + 2 * RECORD_OVERHEAD
 
 
 async def test_the_acks_of_a_call_end_with_its_last_batch() -> None:
