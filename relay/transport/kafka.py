@@ -496,7 +496,10 @@ class _Acks:
     def __init__(self, limit_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self._limit_s = limit_s
-        self._all: asyncio.Future[None] = self._loop.create_future()
+        # Made by wait(), once every batch is added: a batch acked while later ones are
+        # still being submitted must not end the call.
+        self._all: asyncio.Future[None] | None = None
+        self._expired = False
         self._left = 0
         self.members: list[list[int]] = []  # the record indexes of each batch
         self._answers: list[PublishFailed | None] = []  # _UNANSWERED until answered
@@ -517,25 +520,27 @@ class _Acks:
     def _answered(
         self, n: int, refused: Callable[[BaseException], PublishFailed], done: asyncio.Future[Any]
     ) -> None:
-        if self._all.done():
-            return  # expired, or the call was cancelled: the outcome stands
+        if self._expired:
+            return  # the outcome stands
         if done.cancelled():
             self._answers[n] = PublishFailed(FailureReason.PRODUCER_BROKEN, "send cancelled")
         else:
             exc = done.exception()
             self._answers[n] = None if exc is None else refused(exc)
         self._left -= 1
-        if not self._left:
+        if not self._left and self._all is not None and not self._all.done():
             self._all.set_result(None)
 
     def _expire(self) -> None:
-        if not self._all.done():
-            self._all.set_result(None)  # the batches not answered fail with NO_ACK
+        self._expired = True  # the batches not answered fail with NO_ACK
+        if self._all is not None and not self._all.done():
+            self._all.set_result(None)
 
     async def wait(self) -> list[tuple[list[int], PublishFailed | None]]:
         """Each batch's members and its failure (None: acked), once every batch is
-        answered or limit_s has passed."""
-        if self._left and not self._all.done():
+        answered or limit_s has passed; called once every batch is added."""
+        if self._left and not self._expired:
+            self._all = self._loop.create_future()
             timer = self._loop.call_later(self._limit_s, self._expire)
             try:
                 await self._all

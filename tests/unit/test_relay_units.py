@@ -515,6 +515,27 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
     assert [failed for _, failed in await acks.wait()] == failures
 
 
+async def test_a_batch_acked_before_the_next_is_added_does_not_end_the_call() -> None:
+    """A call submits its batches one by one, awaiting between them: the first may be
+    acked before the last is added. The call ends with the last batch's answer."""
+    loop = asyncio.get_running_loop()
+    first, second = loop.create_future(), loop.create_future()
+    acks = _Acks(3600.0)
+    acks.add(first, [0], classify)
+    first.set_result(object())
+    await asyncio.sleep(0)  # its callback runs before the next batch is added
+    acks.add(second, [1], classify)
+    waiting = asyncio.ensure_future(acks.wait())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    second.set_exception(kafka_errors.NotEnoughReplicasError())
+    answers = await waiting
+    assert answers[0] == ([0], None)
+    assert answers[1][0] == [1]
+    assert isinstance(answers[1][1], PublishFailed)
+    assert answers[1][1].reason is not FailureReason.NO_ACK
+
+
 def test_a_refused_batch_is_counted_by_the_records_it_held() -> None:
     """What a size refusal halves: the bytes of the records the batch held (key, value,
     headers and each record's overhead), not those of the items it skipped."""
