@@ -289,7 +289,10 @@ class KafkaPublisher:
                 groups[record.topic, partition] = [(i, record)]
             else:
                 group.append((i, record))
-        acks: list[tuple[asyncio.Future[None], list[int]]] = []
+        # Every healthy batch is acked or expired by aiokafka within about two request
+        # timeouts; a batch appended while its producer was being stopped (recreated)
+        # is never sent nor failed, and its shard would wait for it forever.
+        acks = _Acks(3 * self._settings.request_timeout_ms / 1000)
         sizes = {topic: self._sizes(topic) for topic, _ in groups}
         if any(largest is None for _, largest in sizes.values()):
             await self._limits.read(LOOKUP_WAIT_S)  # as for a topic's lookup
@@ -300,15 +303,12 @@ class KafkaPublisher:
                 producer, topic, partition, size, items, results, acks, largest
             )
         if trailer is not None:
-            extras = trailer(sorted(i for _, members in acks for i in members))
+            extras = trailer(sorted(i for members in acks.members for i in members))
             if extras:
                 results += [HELD] * len(extras)
                 await self._trail(producer, extras, len(records), results, acks)
-        answers = await asyncio.gather(*(ack for ack, _ in acks), return_exceptions=True)
-        for (_, members), answer in zip(acks, answers, strict=True):
-            if isinstance(answer, asyncio.CancelledError):
-                raise answer
-            outcome: Outcome = ACKED if answer is None else classify(answer)
+        for members, failed in await acks.wait():
+            outcome: Outcome = ACKED if failed is None else failed
             for i in members:
                 results[i] = outcome
         return results
@@ -319,7 +319,7 @@ class KafkaPublisher:
         extras: Sequence[OutgoingRecord],
         first: int,
         results: list[Outcome],
-        acks: list[tuple[asyncio.Future[None], list[int]]],
+        acks: _Acks,
     ) -> None:
         """Submit the trailer's records (publish_then's, all of one topic), their outcomes
         from index `first`; HELD while the topic is being looked up."""
@@ -348,13 +348,12 @@ class KafkaPublisher:
         size: int,
         items: list[tuple[int, OutgoingRecord]],
         results: list[Outcome],
-        acks: list[tuple[asyncio.Future[None], list[int]]],
+        acks: _Acks,
         largest: int | None = None,
     ) -> None:
         """largest: the largest record the topic takes (None: not known; then none is
         refused here). A record larger than `size` goes in a batch of its own."""
         builder, members, start = self._builder(producer, size), list[int](), 0
-        batch_bytes = 0
         # Keys whose later records wait for the next call: in a batch already submitted
         # by this call, or refused as too large.
         held: set[bytes] = set()
@@ -367,7 +366,7 @@ class KafkaPublisher:
             # its size checked (a later one that does not fit starts the next batch).
             if members and _append(builder, record) is None:  # full: submit it
                 failed = await self._submit(
-                    producer, builder, topic, partition, members, results, acks, batch_bytes
+                    producer, builder, topic, partition, members, results, acks, items[start:n]
                 )
                 if failed is not None:
                     return  # nothing later of this partition may overtake it: HELD
@@ -375,7 +374,6 @@ class KafkaPublisher:
                 # were held already).
                 held.update(earlier.key for _, earlier in items[start:n])
                 builder, members, start = self._builder(producer, size), [], n
-                batch_bytes = 0
                 if record.key in held:
                     continue  # HELD
             if not members:
@@ -391,10 +389,9 @@ class KafkaPublisher:
                     continue
                 _append(builder, record)
             members.append(i)
-            batch_bytes += record.size + RECORD_OVERHEAD
         if members:
             await self._submit(
-                producer, builder, topic, partition, members, results, acks, batch_bytes
+                producer, builder, topic, partition, members, results, acks, items[start:]
             )
 
     async def _submit(
@@ -405,9 +402,10 @@ class KafkaPublisher:
         partition: int,
         members: list[int],
         results: list[Outcome],
-        acks: list[tuple[asyncio.Future[None], list[int]]],
-        batch_bytes: int = 0,
+        acks: _Acks,
+        built_from: Sequence[tuple[int, OutgoingRecord]] = (),
     ) -> PublishFailed | None:
+        """built_from: the items the batch was built from (members among them)."""
         if self._settings.linger_ms == 0:
             builder.close()  # ready to send at once (aiokafka lingers over open batches)
         try:
@@ -419,16 +417,11 @@ class KafkaPublisher:
             for i in members:
                 results[i] = failed
             return failed
-        # Every healthy batch is acked or expired by aiokafka within about two request
-        # timeouts; a batch appended while its producer was being stopped (recreated)
-        # is never sent nor failed, and its shard would wait for it forever.
-        limit_s = 3 * self._settings.request_timeout_ms / 1000
         records = len(members)
-        acks.append(
-            (
-                _ack(fut, limit_s, lambda exc: self._refused(exc, topic, records, batch_bytes)),
-                members,
-            )
+        acks.add(
+            fut,
+            members,
+            lambda exc: self._refused(exc, topic, records, _batch_bytes(built_from, members)),
         )
         return None
 
@@ -472,6 +465,13 @@ class KafkaPublisher:
         )
 
 
+def _batch_bytes(items: Sequence[tuple[int, OutgoingRecord]], members: list[int]) -> int:
+    """A batch's bytes, as the broker's size refusal is judged by: counted only for a
+    refused batch, not record by record for every batch sent."""
+    chosen = set(members)
+    return sum(record.size + RECORD_OVERHEAD for i, record in items if i in chosen)
+
+
 def _append(builder: BatchBuilder, record: OutgoingRecord) -> Any:
     return builder.append(
         timestamp=None, key=record.key, value=record.value, headers=record.headers
@@ -486,34 +486,73 @@ def _key_slot(key: bytes) -> int:
     return int(murmur2(key)) & 0x7FFFFFFF
 
 
-def _ack(
-    fut: asyncio.Future[Any], limit_s: float, refused: Callable[[BaseException], PublishFailed]
-) -> asyncio.Future[None]:
-    """The batch's ack: aiokafka's outcome with its error translated, or a PublishFailed
-    after limit_s. Callbacks and a timer, not a task with wait_for: a cycle sends a batch
-    per partition, and each task would cost the event loop several more iterations."""
-    loop = asyncio.get_running_loop()
-    ack: asyncio.Future[None] = loop.create_future()
+class _Acks:
+    """The acks of one publish call's record batches, joined: each batch's outcome is
+    aiokafka's with its error translated, and a batch still unanswered after limit_s
+    fails with NO_ACK. One future and one timer a call and a callback a batch, not a
+    future, a timer and a gather entry per batch: at a steady trickle those cost a cycle
+    (a batch per partition) more event-loop work than its produce request."""
 
-    def settle(done: asyncio.Future[Any]) -> None:
-        if ack.done():
-            return
+    def __init__(self, limit_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._limit_s = limit_s
+        # Made by wait(), once every batch is added: a batch acked while later ones are
+        # still being submitted must not end the call.
+        self._all: asyncio.Future[None] | None = None
+        self._expired = False
+        self._left = 0
+        self.members: list[list[int]] = []  # the record indexes of each batch
+        self._answers: list[PublishFailed | None] = []  # _UNANSWERED until answered
+
+    def add(
+        self,
+        fut: asyncio.Future[Any],
+        members: list[int],
+        refused: Callable[[BaseException], PublishFailed],
+    ) -> None:
+        """One submitted batch: fut is aiokafka's; refused translates its error."""
+        n = len(self.members)
+        self.members.append(members)
+        self._answers.append(_UNANSWERED)
+        self._left += 1
+        fut.add_done_callback(functools.partial(self._answered, n, refused))
+
+    def _answered(
+        self, n: int, refused: Callable[[BaseException], PublishFailed], done: asyncio.Future[Any]
+    ) -> None:
+        if self._expired:
+            return  # the outcome stands
         if done.cancelled():
-            ack.set_exception(PublishFailed(FailureReason.PRODUCER_BROKEN, "send cancelled"))
-            return
-        exc = done.exception()
-        if exc is None:
-            ack.set_result(None)
-            return
-        ack.set_exception(refused(exc))
+            self._answers[n] = PublishFailed(FailureReason.PRODUCER_BROKEN, "send cancelled")
+        else:
+            exc = done.exception()
+            self._answers[n] = None if exc is None else refused(exc)
+        self._left -= 1
+        if not self._left and self._all is not None and not self._all.done():
+            self._all.set_result(None)
 
-    def expire() -> None:
-        if not ack.done():
-            ack.set_exception(
-                PublishFailed(FailureReason.NO_ACK, f"no ack from Kafka within {limit_s:.0f}s")
+    def _expire(self) -> None:
+        self._expired = True  # the batches not answered fail with NO_ACK
+        if self._all is not None and not self._all.done():
+            self._all.set_result(None)
+
+    async def wait(self) -> list[tuple[list[int], PublishFailed | None]]:
+        """Each batch's members and its failure (None: acked), once every batch is
+        answered or limit_s has passed; called once every batch is added."""
+        if self._left and not self._expired:
+            self._all = self._loop.create_future()
+            timer = self._loop.call_later(self._limit_s, self._expire)
+            try:
+                await self._all
+            finally:
+                timer.cancel()
+        if self._left:
+            no_ack = PublishFailed(
+                FailureReason.NO_ACK, f"no ack from Kafka within {self._limit_s:.0f}s"
             )
+            self._answers = [no_ack if a is _UNANSWERED else a for a in self._answers]
+        return list(zip(self.members, self._answers, strict=True))
 
-    timer = loop.call_later(limit_s, expire)
-    ack.add_done_callback(lambda _: timer.cancel())
-    fut.add_done_callback(settle)
-    return ack
+
+# A batch's answer until aiokafka gives one: never handed out (wait() replaces it).
+_UNANSWERED = PublishFailed(FailureReason.NO_ACK, "not answered yet")

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from relay.pipeline.step import Step
 from relay.transport.errors import FailureReason, PublishFailed
-from relay.transport.kafka import KafkaPublisher
+from relay.transport.kafka import KafkaPublisher, _Acks, classify
 from relay.transport.protocol import Outcome
+from relay.transport.records import OutgoingRecord
 from tests.conftest import TopicFactory
 from tests.support.db import Backend
 from tests.support.kafka import read_topic
@@ -46,19 +48,19 @@ class FirstBatchRefused(KafkaPublisher):
         partition: int,
         members: list[int],
         results: list[Outcome],
-        acks: list[tuple[asyncio.Future[None], list[int]]],
-        batch_bytes: int = 0,
+        acks: _Acks,
+        built_from: Sequence[tuple[int, OutgoingRecord]] = (),
     ) -> PublishFailed | None:
         if self.refused:
             return await super()._submit(
-                producer, builder, topic, partition, members, results, acks, batch_bytes
+                producer, builder, topic, partition, members, results, acks, built_from
             )
         self.refused += 1
-
-        async def refused() -> None:
-            raise PublishFailed(FailureReason.TOPIC_UNAVAILABLE, "NotEnoughReplicas: injected")
-
-        acks.append((asyncio.ensure_future(refused()), members))
+        refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        refused.set_exception(
+            PublishFailed(FailureReason.TOPIC_UNAVAILABLE, "NotEnoughReplicas: injected")
+        )
+        acks.add(refused, members, classify)
         return None
 
 

@@ -20,7 +20,7 @@ from relay.pipeline.step import BatchOutcome, BatchSettings, _failure, backoff_s
 from relay.service import RelayService
 from relay.store import ClaimedRow
 from relay.transport.errors import FailureReason, PublishFailed
-from relay.transport.kafka import KafkaPublisher, _ack, classify
+from relay.transport.kafka import RECORD_OVERHEAD, KafkaPublisher, _Acks, _batch_bytes, classify
 from relay.transport.memory import MemoryPublisher
 from relay.transport.protocol import ACKED, HELD
 from relay.transport.records import OutgoingRecord
@@ -479,9 +479,10 @@ def test_environment_variables_that_name_no_setting_are_found() -> None:
 
 
 async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
-    """The ack of a record batch: aiokafka's result passes, its error arrives translated
-    (a size error also makes the topic's limit be read again), and a batch nobody ever
-    answers fails as fatal after the limit, so its shard is not stuck behind it."""
+    """The acks of a call's record batches: aiokafka's result passes, its error arrives
+    translated (a size error also makes the topic's limit be read again), a cancelled
+    send is the producer's fault, and a batch nobody ever answers fails as fatal after
+    the limit, so its shard is not stuck behind it, while the others keep their outcome."""
     loop = asyncio.get_running_loop()
     forgotten: list[str] = []
 
@@ -489,19 +490,80 @@ async def test_a_batch_ack_translates_aiokafka_outcomes_and_expires() -> None:
         forgotten.append("orders")
         return classify(exc)
 
-    ok, too_big, never = loop.create_future(), loop.create_future(), loop.create_future()
-    acks = [_ack(f, 0.05, forget) for f in (ok, too_big, never)]
+    futures = [loop.create_future() for _ in range(4)]
+    ok, too_big, cancelled, never = futures
+    acks = _Acks(0.05)
+    for n, fut in enumerate(futures):
+        acks.add(fut, [2 * n, 2 * n + 1], forget)
     ok.set_result(object())
     too_big.set_exception(kafka_errors.MessageSizeTooLargeError())
-    results = await asyncio.gather(*acks, return_exceptions=True)
-    assert results[0] is None
-    assert isinstance(results[1], PublishFailed)
-    assert not results[1].retriable
-    assert isinstance(results[2], PublishFailed)
-    assert results[2].fatal
-    assert "no ack from Kafka" in str(results[2])
+    cancelled.cancel()
+    results = await acks.wait()
+    assert [members for members, _ in results] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    failures = [failed for _, failed in results]
+    assert failures[0] is None
+    assert isinstance(failures[1], PublishFailed)
+    assert not failures[1].retriable
+    assert isinstance(failures[2], PublishFailed)
+    assert failures[2].reason is FailureReason.PRODUCER_BROKEN
+    assert isinstance(failures[3], PublishFailed)
+    assert failures[3].fatal
+    assert "no ack from Kafka" in str(failures[3])
     assert forgotten == ["orders"]
-    never.cancel()
+    never.set_result(object())  # too late: the outcome stands
+    await asyncio.sleep(0)
+    assert [failed for _, failed in await acks.wait()] == failures
+
+
+async def test_a_batch_acked_before_the_next_is_added_does_not_end_the_call() -> None:
+    """A call submits its batches one by one, awaiting between them: the first may be
+    acked before the last is added. The call ends with the last batch's answer."""
+    loop = asyncio.get_running_loop()
+    first, second = loop.create_future(), loop.create_future()
+    acks = _Acks(3600.0)
+    acks.add(first, [0], classify)
+    first.set_result(object())
+    await asyncio.sleep(0)  # its callback runs before the next batch is added
+    acks.add(second, [1], classify)
+    waiting = asyncio.ensure_future(acks.wait())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    second.set_exception(kafka_errors.NotEnoughReplicasError())
+    answers = await waiting
+    assert answers[0] == ([0], None)
+    assert answers[1][0] == [1]
+    assert isinstance(answers[1][1], PublishFailed)
+    assert answers[1][1].reason is not FailureReason.NO_ACK
+
+
+def test_a_refused_batch_is_counted_by_the_records_it_held() -> None:
+    """What a size refusal halves: the bytes of the records the batch held (key, value,
+    headers and each record's overhead), not those of the items it skipped."""
+    items = [
+        (0, OutgoingRecord("orders", b"k0", b"v" * 10, [("event_id", b"e" * 5)])),
+        (3, OutgoingRecord("orders", b"k1", b"v" * 100, [])),  # held, not in the batch
+        (4, OutgoingRecord("orders", b"k2", b"v" * 20, [])),
+    ]
+    held = 2 + 10 + len("event_id") + 5 + 2 + 20
+    assert _batch_bytes(items, [0, 4]) == held + 2 * RECORD_OVERHEAD
+
+
+async def test_the_acks_of_a_call_end_with_its_last_batch() -> None:
+    """Every batch answered: the call's acks end then, not at the limit."""
+    loop = asyncio.get_running_loop()
+    futures = [loop.create_future() for _ in range(3)]
+    acks = _Acks(3600.0)
+    for n, fut in enumerate(futures):
+        acks.add(fut, [n], classify)
+    waiting = asyncio.ensure_future(acks.wait())
+    for fut in futures[:2]:
+        fut.set_result(object())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    futures[2].set_result(object())
+    assert [failed for _, failed in await waiting] == [None, None, None]
+    assert await _Acks(3600.0).wait() == []  # no batch: nothing to wait for
 
 
 # ---------------------------------------------------------------------------- readiness
