@@ -58,10 +58,13 @@ sum(r.size) OVER (ORDER BY r.id ROWS UNBOUNDED PRECEDING) AS upto
 -- fragment: claimed_rows
 -- The rows the budget kept (w: ids, sizes, upto), read by primary key in id order: w is
 -- sorted (a few ids) and each row joined to it (eq_ref). The same statement, so the same
--- read view: each row as the claim saw it.
+-- read view: each row as the claim saw it. The LIMIT cuts nothing (w holds at most limit
+-- rows): a claim is a part of a UNION ALL (relay/store/sql.py), where MariaDB keeps a
+-- part's ORDER BY only when the part has a LIMIT.
 STRAIGHT_JOIN outbox_events e ON e.id = w.id
 WHERE {{shard_rows}}
 ORDER BY w.id
+LIMIT %(limit)s
 
 -- fragment: not_held
 AND e.`key` NOT IN (
@@ -107,11 +110,11 @@ AND NOT EXISTS (
 AND coalesce(e.tenant, '') = %(tenant)s
 
 -- fragment: claim_per_shard(tenant, rule)
--- MariaDB has no LATERAL: the store runs a claim once per shard, the statements sent in
--- one round trip (relay/store/sql.py), each a walk of outbox_events_unpublished_idx
--- (shard, published_at, id) in id order that stops after limit rows. Each statement
--- reads a snapshot of its own: a shard's rows are ordered among themselves only, so no
--- two shards need to agree.
+-- MariaDB has no LATERAL: a claim is this once per shard, the parts of one UNION ALL
+-- (relay/store/sql.py), each a walk of outbox_events_unpublished_idx (shard,
+-- published_at, id) in id order that stops after limit rows. The statement reads one
+-- snapshot, opened at its first read, for every shard; a shard's rows are ordered among
+-- themselves only.
 SELECT {{claim_columns}} FROM (
     SELECT r.id, r.size, {{upto}}
     FROM (
@@ -147,42 +150,44 @@ WHERE EXISTS (
                 t varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin PATH '$')
 
 -- fragment: claim_by_turns(rule)
--- See the Postgres twin for the turns. Run once per shard, like the plain claim. Without
--- LATERAL, a tenant's first per_tenant rows are found by numbering the shard's claimable
--- rows per tenant (one walk of the shard's unpublished rows); only ids are ranked, then
--- the chosen rows are read by primary key.
-WITH weights AS (
-    SELECT n.t AS tenant, w.weight
-    FROM JSON_TABLE(%(weight_tenants)s, {{tenant_list}}) AS n
-    JOIN JSON_TABLE(%(weights)s, '$[*]' COLUMNS (i FOR ORDINALITY, weight int PATH '$')) AS w
-      ON w.i = n.i
-),
-candidates AS (
-    SELECT c.id, c.tenant, row_number() OVER (PARTITION BY c.tenant ORDER BY c.id) AS k
-    FROM (
-        SELECT e.id, coalesce(e.tenant, '') AS tenant
-        FROM outbox_events e
-        WHERE e.shard = %(shard)s
-          AND {{claimable}}
-          {{not_held}}
-          {{rule}}
-    ) AS c
-    WHERE (%(only)s IS NULL OR c.tenant IN (SELECT o.t FROM JSON_TABLE(%(only)s, {{tenant_list}}) AS o))
-      AND c.tenant NOT IN (SELECT s.t FROM JSON_TABLE(%(skip)s, {{tenant_list}}) AS s)
-),
-chosen AS (
-    SELECT c.id
-    FROM candidates c
-    LEFT JOIN weights w ON w.tenant = c.tenant
-    WHERE c.k <= %(per_tenant)s
-    ORDER BY (c.k - 1) DIV coalesce(w.weight, 1), c.id
-    LIMIT %(limit)s
-)
+-- See the Postgres twin for the turns. A part of the claim's UNION ALL, like the plain
+-- claim, so derived tables where the Postgres twin has a WITH (a union's part cannot
+-- start with one). Without LATERAL, a tenant's first per_tenant rows are found by
+-- numbering the shard's claimable rows per tenant (one walk of the shard's unpublished
+-- rows); only ids are ranked (c), the turns (the weights w) choose limit of them (ch),
+-- then the chosen rows are read by primary key.
 SELECT {{claim_columns}} FROM (
     SELECT r.id, r.size, {{upto}}
     FROM (
         SELECT e.id, length(e.payload) AS size
-        FROM chosen ch JOIN outbox_events e ON e.id = ch.id
+        FROM (
+            SELECT c.id
+            FROM (
+                SELECT c.id, c.tenant,
+                       row_number() OVER (PARTITION BY c.tenant ORDER BY c.id) AS k
+                FROM (
+                    SELECT e.id, coalesce(e.tenant, '') AS tenant
+                    FROM outbox_events e
+                    WHERE e.shard = %(shard)s
+                      AND {{claimable}}
+                      {{not_held}}
+                      {{rule}}
+                ) AS c
+                WHERE (%(only)s IS NULL
+                       OR c.tenant IN (SELECT o.t FROM JSON_TABLE(%(only)s, {{tenant_list}}) AS o))
+                  AND c.tenant NOT IN (SELECT s.t FROM JSON_TABLE(%(skip)s, {{tenant_list}}) AS s)
+            ) AS c
+            LEFT JOIN (
+                SELECT n.t AS tenant, w.weight
+                FROM JSON_TABLE(%(weight_tenants)s, {{tenant_list}}) AS n
+                JOIN JSON_TABLE(%(weights)s, '$[*]' COLUMNS (i FOR ORDINALITY, weight int PATH '$')) AS w
+                  ON w.i = n.i
+            ) AS w ON w.tenant = c.tenant
+            WHERE c.k <= %(per_tenant)s
+            ORDER BY (c.k - 1) DIV coalesce(w.weight, 1), c.id
+            LIMIT %(limit)s
+        ) AS ch
+        JOIN outbox_events e ON e.id = ch.id
     ) AS r
 ) AS w
 {{claimed_rows}}
@@ -252,26 +257,44 @@ SET e.attempts = e.attempts + 1,
     e.status = CASE WHEN p.park THEN 'parked' ELSE 'pending' END
 WHERE {{in_held_shards}}
 
--- name: outbox_settle_delete_steps
--- The settle after its fence (lease_check), in the same transaction (relay/store/sql.py):
--- several statements, sent in one round trip and run in order. No write returns its rows
--- (a multi-table write has no RETURNING): a SELECT ROW_COUNT() after each counts them, so
--- the result sets are the rows published, then the rows failed.
-{{delete_acked}};
-SELECT ROW_COUNT();
+-- fragment: failures_counted
+-- The failures' write and its count, for a settle with failures only (relay/store/sql.py:
+-- a multi-table UPDATE setting last_error, a TEXT column, from another table writes a
+-- temporary table on disk, even when it changes no row).
 {{record_failures}};
-SELECT ROW_COUNT();
+SELECT ROW_COUNT()
 
--- name: outbox_settle_keep_steps
--- retention=keep, as outbox_settle_delete_steps: the rows moved, the rows marked in
--- place, then the rows failed.
+-- fragment: deleted_counted
+{{delete_acked}};
+SELECT ROW_COUNT()
+
+-- fragment: kept_counted
+-- retention=keep: the rows moved, then the rows marked in place, each counted.
 {{published_copy}};
 {{delete_moved}};
 SELECT ROW_COUNT();
 {{mark_too_large}};
-SELECT ROW_COUNT();
-{{record_failures}};
-SELECT ROW_COUNT();
+SELECT ROW_COUNT()
+
+-- name: outbox_settle_delete_steps
+-- The settle after its fence (lease_check), in the same transaction (relay/store/sql.py):
+-- several statements, sent in one round trip and run in order. No write returns its rows
+-- (a multi-table write has no RETURNING): a SELECT ROW_COUNT() after each counts them, so
+-- the result sets are the rows published (then, in the _failed twin, the rows failed).
+{{deleted_counted}};
+
+-- name: outbox_settle_delete_failed_steps
+{{deleted_counted}};
+{{failures_counted}};
+
+-- name: outbox_settle_keep_steps
+-- retention=keep, as outbox_settle_delete_steps: the rows moved, the rows marked in
+-- place (then, in the _failed twin, the rows failed).
+{{kept_counted}};
+
+-- name: outbox_settle_keep_failed_steps
+{{kept_counted}};
+{{failures_counted}};
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.
