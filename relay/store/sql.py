@@ -170,22 +170,37 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
 
 def _claim_per_shard_union(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
     """MariaDB: the statement of _claim_per_shard once per shard as the parts of one
-    UNION ALL, for the shards that have unpublished rows (outbox_shards_unpublished): a
-    cycle's claim is two round trips, and the server plans and runs one statement, not
-    one a shard, which sends one result set (decision 31). At READ COMMITTED the
-    statement opens its read view at its first read and reads its clock (claim_clock:
-    SYSDATE(6)) as each row is read, after that, so "when a row is due" is judged as in
-    a statement per shard (design.md); a shard's rows come in id order, its part's."""
+    UNION ALL, for the shards that have unpublished rows (outbox_shards_unpublished); a
+    plain claim of shards none of which has more than limit unpublished rows (a steady
+    flow) is one part for them all (outbox_claim_shards). A cycle's claim is two round
+    trips, and the server plans and runs one statement, which sends one result set
+    (decision 31). At READ COMMITTED the statement opens its read view at its first read
+    and reads its clock (claim_clock: SYSDATE(6)) as each row is read, after that, so
+    "when a row is due" is judged as in a statement per shard (design.md); a shard's rows
+    come in id order."""
     found = yield Statement(
-        "outbox_shards_unpublished", {"shards": codec_for("mariadb").array(shards)}
+        "outbox_shards_unpublished",
+        {"shards": codec_for("mariadb").array(shards), "limit": params["limit"]},
     )
-    pending = {int(shard) for (shard,) in found}
-    # head goes to the first shard claimed: the rotation's next shard that has rows.
-    shards = [shard for shard in shards if shard in pending]
+    many = {int(shard): bool(more) for shard, more in found}
+    shards = [shard for shard in shards if shard in many]
     if not shards:
         return NamedRows([], ClaimedRow._fields)
-    each = [{"shard": shard, "head": i == 0, **params} for i, shard in enumerate(shards)]
+    # head: the first shard claimed, the rotation's next shard that has rows.
+    head = {"head": shards[0], **params}
+    together = CLAIMS_OF_SHARDS.get(name)
+    if together is not None and not any(many.values()):
+        array = codec_for("mariadb").array(shards)
+        return (yield Statement(together, {"shards": array, **head}, named=True))
+    each = [{"shard": shard, **head} for shard in shards]
     return (yield Statement(name, each, named=True, union=True))
+
+
+# MariaDB: the plain claims' statement of several shards, each with at most limit rows.
+CLAIMS_OF_SHARDS = {
+    "outbox_claim_batch": "outbox_claim_shards",
+    "outbox_claim_batch_skip": "outbox_claim_shards_skip",
+}
 
 
 # (policy, shape): without fair_tenants the claim is the statement it always was (plain);

@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 
-from outbox_core.executors import Statement, bind
+from outbox_core.executors import Statement, bind, union_of
 from relay.store.protocol import UNBOUNDED_BYTES
-from relay.store.sql import CLAIM_QUERIES
+from relay.store.sql import CLAIM_QUERIES, CLAIMS_OF_SHARDS
 from tests.support.db import Backend, mariadb_backend
 
 pytestmark = pytest.mark.integration
+
+# Every claim statement: the per-shard parts and the plain claim of several shards.
+CLAIMS = sorted({*CLAIM_QUERIES.values(), *CLAIMS_OF_SHARDS.values()})
 
 EVENTS_INDEXES = {
     "outbox_events_unpublished_idx",
@@ -59,7 +62,8 @@ def explain(backend: Backend, name: str, params: dict[str, Any]) -> list[dict[st
 def claim_params(**extra: Any) -> dict[str, Any]:
     return {
         "shard": 3,
-        "head": True,
+        "shards": "[3, 4]",
+        "head": 3,
         "limit": 500,
         "in_flight": "[1, 2, 3]",
         "shard_bytes": UNBOUNDED_BYTES,
@@ -84,7 +88,7 @@ def filled(mariadb_url: str) -> Backend:
 
 
 @pytest.mark.parametrize("published", [False, True], ids=["pending", "mostly_published"])
-@pytest.mark.parametrize("name", sorted(set(CLAIM_QUERIES.values())))
+@pytest.mark.parametrize("name", CLAIMS)
 def test_every_claim_reads_outbox_events_through_an_index(
     filled: Backend, name: str, published: bool
 ) -> None:
@@ -113,13 +117,15 @@ def test_the_claims_shard_filter_seeks_each_shard(filled: Backend, published: bo
     if published:
         filled.execute("outbox_mark_published_below", {"below": 18_000})
     filled.execute("outbox_analyze")
-    seen = explain(filled, "outbox_shards_unpublished", {"shards": json.dumps(list(range(16)))})
+    params = {"shards": json.dumps(list(range(16))), "limit": 500}
+    seen = explain(filled, "outbox_shards_unpublished", params)
+    # The EXISTS, and the walk that tells whether a shard has more than limit rows.
     assert [(a["key"], a["used_key_parts"][:2]) for a in seen] == [
         ("outbox_events_unpublished_idx", ["shard", "published_at"])
-    ], seen
+    ] * 2, seen
 
 
-@pytest.mark.parametrize("name", sorted(set(CLAIM_QUERIES.values())))
+@pytest.mark.parametrize("name", CLAIMS)
 def test_no_claim_writes_a_temporary_table_to_disk(filled: Backend, name: str) -> None:
     """A derived table holding a BLOB column (payload, headers) is materialized as an Aria
     table on disk, which cost a claim statement half its time in the server: the claims'
@@ -137,3 +143,64 @@ def test_no_claim_writes_a_temporary_table_to_disk(filled: Backend, name: str) -
         conn.close()
     assert claimed, "the claim read rows, so its derived tables held some"
     assert int(after) == int(before), name
+
+
+def claimed_ids(backend: Backend, sql: str) -> list[tuple[int, int]]:
+    """(shard, id) of each row a claim statement returns, in its order; and it wrote no
+    temporary table to disk."""
+    conn = backend.connect()
+    try:
+        [(before,)] = backend.run_on(conn, "session_disk_tables")
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            rows = [(int(r[1]), int(r[0])) for r in cur.fetchall()]
+        [(after,)] = backend.run_on(conn, "session_disk_tables")
+    finally:
+        conn.close()
+    assert int(after) == int(before), "a temporary table on disk"
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("limit", "shard_bytes", "expected"),
+    [
+        (1, UNBOUNDED_BYTES, [5, 2, 9]),
+        (2000, 700, [5, 5, 2, 2, 9, 9]),  # two rows of 300 bytes a shard
+        (2000, 200, [5]),  # only the head shard's first row, whatever its size
+    ],
+    ids=["limit", "bytes", "head"],
+)
+@pytest.mark.parametrize("plain", sorted(CLAIMS_OF_SHARDS))
+def test_the_claim_of_several_shards_returns_what_the_union_of_parts_does(
+    filled: Backend, plain: str, limit: int, shard_bytes: int, expected: list[int]
+) -> None:
+    """The store claims shards with at most limit unpublished rows in one statement
+    (outbox_claim_shards), others as a UNION ALL of one part a shard: both give each
+    shard's first rows in id order, the same rows, the head shard's first row whatever its
+    size; no temporary table on disk either way."""
+    filled.execute("outbox_analyze")
+    shards = [5, 2, 9]
+    params = claim_params(
+        limit=limit, in_flight="[]", held_keys="[]", shard_bytes=shard_bytes, head=5
+    )
+    conn = filled.connect()
+    try:
+        with conn.cursor() as cur:
+            parts = [{**params, "shard": shard} for shard in shards]
+            union = union_of(
+                cur, bind("pymysql", "mariadb", Statement(plain, parts, union=True))[0], parts
+            )
+            together_sql, bound = bind(
+                "pymysql",
+                "mariadb",
+                Statement(CLAIMS_OF_SHARDS[plain], {**params, "shards": json.dumps(shards)}),
+            )
+            together = cur.mogrify(together_sql, bound)
+    finally:
+        conn.close()
+    by_parts = claimed_ids(filled, union)
+    assert [shard for shard, _ in by_parts] == expected, by_parts
+    for shard in shards:
+        ids = [i for s, i in by_parts if s == shard]
+        assert ids == sorted(ids), by_parts
+    assert sorted(claimed_ids(filled, together)) == sorted(by_parts)

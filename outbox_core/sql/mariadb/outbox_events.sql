@@ -43,27 +43,31 @@ e.id, e.shard, e.event_id, e.topic, e.`key`, e.event_type, e.payload, e.headers 
 e.attempts, CAST(UNIX_TIMESTAMP(e.created_at) AS DOUBLE) AS created_at, e.tenant
 
 -- fragment: upto
--- The byte budget (see the Postgres twin), over rows r already cut to the claim's limit:
--- the window is computed over at most `limit` rows, never over all of a shard's backlog.
--- r and the window's result w hold ids and sizes only; the claimed rows are read after
--- the budget cut them (claimed_rows). A derived table with a BLOB column (payload,
--- headers) is materialized as an Aria table on disk, one without as a MEMORY table: the
--- two with every column took half of a claim statement's time in the server (decision 31).
-sum(r.size) OVER (ORDER BY r.id ROWS UNBOUNDED PRECEDING) AS upto
+-- The byte budget (see the Postgres twin), over rows r already cut to the claim's limit
+-- per shard: the window is computed over at most `limit` rows a shard, never over all of
+-- a shard's backlog. r and the window's result w hold ids, shards and sizes only; the
+-- claimed rows are read after the budget cut them (claimed_rows). A derived table with a
+-- BLOB column (payload, headers) is materialized as an Aria table on disk, one without as
+-- a MEMORY table: the two with every column took half of a claim statement's time in the
+-- server (decision 31).
+sum(r.size) OVER (PARTITION BY r.shard ORDER BY r.id ROWS UNBOUNDED PRECEDING) AS upto
 
 -- fragment: shard_rows
--- See the Postgres twin; head is 1 for the first shard of the claim's array.
-(w.upto <= %(shard_bytes)s OR (w.upto = w.size AND %(head)s))
+-- See the Postgres twin; head is the first shard of the claim's array.
+(w.upto <= %(shard_bytes)s OR (w.upto = w.size AND w.shard = %(head)s))
 
 -- fragment: claimed_rows
--- The rows the budget kept (w: ids, sizes, upto), read by primary key in id order: w is
--- sorted (a few ids) and each row joined to it (eq_ref). The same statement, so the same
--- read view: each row as the claim saw it. The LIMIT cuts nothing (w holds at most limit
--- rows): a claim is a part of a UNION ALL (relay/store/sql.py), where MariaDB keeps a
--- part's ORDER BY only when the part has a LIMIT.
-STRAIGHT_JOIN outbox_events e ON e.id = w.id
+-- The rows the budget kept (w: ids, shards, sizes, upto), read by primary key in id
+-- order: w is sorted (a few ids) and each row joined to it (eq_ref). The same statement,
+-- so the same read view: each row as the claim saw it.
+STRAIGHT_JOIN outbox_events e FORCE INDEX (PRIMARY) ON e.id = w.id
 WHERE {{shard_rows}}
 ORDER BY w.id
+
+-- fragment: union_part_order
+-- A claim of one shard is a part of a UNION ALL (relay/store/sql.py), where MariaDB keeps
+-- a part's ORDER BY only when the part has a LIMIT: this one cuts nothing (w holds at
+-- most limit rows).
 LIMIT %(limit)s
 
 -- fragment: not_held
@@ -116,9 +120,9 @@ AND coalesce(e.tenant, '') = %(tenant)s
 -- snapshot, opened at its first read, for every shard; a shard's rows are ordered among
 -- themselves only.
 SELECT {{claim_columns}} FROM (
-    SELECT r.id, r.size, {{upto}}
+    SELECT r.id, r.shard, r.size, {{upto}}
     FROM (
-        SELECT e.id, length(e.payload) AS size
+        SELECT e.id, e.shard, length(e.payload) AS size
         FROM outbox_events e
         WHERE e.shard = %(shard)s
           {{tenant}}
@@ -130,15 +134,54 @@ SELECT {{claim_columns}} FROM (
     ) AS r
 ) AS w
 {{claimed_rows}}
+{{union_part_order}}
+
+-- fragment: claim_of_shards(rule)
+-- The plain claim of several shards in one statement, for shards that each have at most
+-- limit unpublished rows (outbox_shards_unpublished): it reads every claimable row of
+-- them, each shard's through outbox_events_unpublished_idx, and keeps each shard's first
+-- limit by id (n), so it returns what the per-shard parts would, for the price of one.
+-- A shard with a backlog is claimed by claim_per_shard, whose walk stops after limit rows.
+-- The array (distinct shards) is read first, and each shard's unpublished rows through
+-- the index (ref on shard, published_at): joined as `IN (...)`, the optimizer may scan
+-- the table.
+SELECT {{claim_columns}} FROM (
+    SELECT r.id, r.shard, r.size, {{upto}}
+    FROM (
+        SELECT e.id, e.shard, length(e.payload) AS size,
+               row_number() OVER (PARTITION BY e.shard ORDER BY e.id) AS n
+        FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
+        STRAIGHT_JOIN outbox_events e FORCE INDEX (outbox_events_unpublished_idx)
+          ON e.shard = s.shard
+        WHERE {{claimable}}
+          {{not_held}}
+          {{rule}}
+    ) AS r
+    WHERE r.n <= %(limit)s
+) AS w
+{{claimed_rows}}
+
+-- name: outbox_claim_shards
+-- The plain claim's rows (outbox_claim_batch) of shards with at most limit unpublished
+-- rows each, in one statement (claim_of_shards).
+{{claim_of_shards(rule=key_not_blocked)}};
+
+-- name: outbox_claim_shards_skip
+{{claim_of_shards(rule=nothing)}};
 
 -- name: outbox_shards_unpublished
--- Of the claim's shards (a JSON array), those with an unpublished row: one seek of
--- outbox_events_unpublished_idx each, all in one statement. A claim statement costs about
--- a millisecond in the server even when its shard has nothing (parsing, planning, its
--- derived tables), so the store claims only the shards this names
--- (relay/store/sql.py). Rows committed after it are claimed by the next cycle, as rows
--- committed after a claim are.
-SELECT s.shard
+-- Of the claim's shards (a JSON array), those with an unpublished row, and whether they
+-- have more than limit (many): a seek of outbox_events_unpublished_idx each, and a walk of
+-- at most limit + 1 entries, all in one statement. A claim's part costs the server about
+-- half a millisecond even when its shard has nothing (parsing, planning, its derived
+-- tables), so the store claims only the shards this names, and those without many in one
+-- part (relay/store/sql.py). Rows committed after it are claimed by the next cycle, as
+-- rows committed after a claim are.
+SELECT s.shard,
+       (SELECT e.id FROM outbox_events e
+        WHERE e.shard = s.shard AND e.published_at IS NULL
+        ORDER BY e.id
+        LIMIT 1 OFFSET %(limit)s) IS NOT NULL AS many
 FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
 WHERE EXISTS (
     SELECT 1 FROM outbox_events e WHERE e.shard = s.shard AND e.published_at IS NULL
@@ -157,9 +200,9 @@ WHERE EXISTS (
 -- rows); only ids are ranked (c), the turns (the weights w) choose limit of them (ch),
 -- then the chosen rows are read by primary key.
 SELECT {{claim_columns}} FROM (
-    SELECT r.id, r.size, {{upto}}
+    SELECT r.id, r.shard, r.size, {{upto}}
     FROM (
-        SELECT e.id, length(e.payload) AS size
+        SELECT e.id, e.shard, length(e.payload) AS size
         FROM (
             SELECT c.id
             FROM (
@@ -191,6 +234,7 @@ SELECT {{claim_columns}} FROM (
     ) AS r
 ) AS w
 {{claimed_rows}}
+{{union_part_order}}
 
 -- fragment: ids_first(id_list)
 -- Writes by a JSON array of ids join it, read first (STRAIGHT_JOIN), to the rows by
