@@ -33,11 +33,13 @@ Params = Mapping[str, Any]
 
 class NamedRows(list[tuple[Any, ...]]):
     """Rows with their result's column names, for a Statement(named=True): the caller maps
-    names to positions once per statement, not once per row."""
+    names to positions once per statement, not once per row. `later`: for a
+    Statement(sets=True), the result sets after this one, in order."""
 
-    def __init__(self, rows: Rows, columns: Sequence[str]) -> None:
+    def __init__(self, rows: Rows, columns: Sequence[str], later: Sequence[NamedRows] = ()) -> None:
         super().__init__(rows)
         self.columns = tuple(columns)
+        self.later = list(later)
 
 
 def _result(statement: Statement, rows: Rows, columns: Any) -> Rows:
@@ -56,6 +58,8 @@ class Statement:
     `union` (MariaDB, aiomysql): once per parameter set too, each rendering a part of one
     statement, `(part) UNION ALL (part) ...` (union_of): one read view, one plan, one
     result set, the parts' rows in the parts' order.
+    `sets` (MariaDB, aiomysql): a block of several statements whose result sets differ,
+    run once: the first result set as NamedRows, the others in its `later`.
     `commit` (MariaDB, aiomysql): the last statement of a plan that writes, its
     transaction's COMMIT sent with it (AiomysqlExecutor); elsewhere the plan commits when
     it returns, as always.
@@ -70,6 +74,7 @@ class Statement:
     named: bool = False
     together: bool = False
     union: bool = False
+    sets: bool = False
     commit: bool = False
 
 
@@ -350,8 +355,8 @@ class AiomysqlExecutor:
     async def run(self, statement: Statement) -> Rows:
         from aiomysql import Cursor
 
-        # After the commit the plan's statements would run in autocommit, each alone.
-        assert not self._committed, f"{statement.query} follows its plan's commit"
+        if self._committed:  # it would run in autocommit, alone: a plan's mistake
+            raise OutboxError(f"{statement.query} follows its plan's commit")
         sql, params = bind(self.driver, self.dialect, statement)
         with translated():
             async with self.conn.cursor(Cursor) as cur:
@@ -385,12 +390,19 @@ async def _every_result(cur: Any, statement: Statement, parts: list[str]) -> Row
     await cur.execute(";\n".join(parts))
     rows: Rows = []
     columns = None
+    sets: list[NamedRows] = []
     while True:
         if cur.description:
             columns = cur.description
-            rows += await cur.fetchall()
+            if statement.sets:
+                sets.append(NamedRows(list(await cur.fetchall()), [c[0] for c in columns]))
+            else:
+                rows += await cur.fetchall()
         if not await cur.nextset():
-            return _result(statement, rows, columns) if columns else rows
+            break
+    if statement.sets:
+        return NamedRows(sets[0], sets[0].columns, sets[1:]) if sets else []
+    return _result(statement, rows, columns) if columns else rows
 
 
 def union_of(cur: Any, sql: str, params: Sequence[Params]) -> str:

@@ -170,33 +170,41 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
 
 def _claim_per_shard_union(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
     """MariaDB: the statement of _claim_per_shard once per shard as the parts of one
-    UNION ALL, for the shards that have unpublished rows (outbox_shards_unpublished); a
-    plain claim of shards none of which has more than limit unpublished rows (a steady
-    flow) is one part for them all (outbox_claim_shards). A cycle's claim is two round
-    trips, and the server plans and runs one statement, which sends one result set
-    (decision 31). At READ COMMITTED the statement opens its read view at its first read
-    and reads its clock (claim_clock: SYSDATE(6)) as each row is read, after that, so
-    "when a row is due" is judged as in a statement per shard (design.md); a shard's rows
-    come in id order."""
-    found = yield Statement(
-        "outbox_shards_unpublished",
-        {"shards": codec_for("mariadb").array(shards), "limit": params["limit"]},
-    )
-    many = {int(shard): bool(more) for shard, more in found}
-    shards = [shard for shard in shards if shard in many]
-    if not shards:
-        return NamedRows([], ClaimedRow._fields)
-    # head: the first shard claimed, the rotation's next shard that has rows.
-    head = {"head": shards[0], **params}
-    together = CLAIMS_OF_SHARDS.get(name)
-    if together is not None and not any(many.values()):
-        array = codec_for("mariadb").array(shards)
-        return (yield Statement(together, {"shards": array, **head}, named=True))
-    each = [{"shard": shard, **head} for shard in shards]
-    return (yield Statement(name, each, named=True, union=True))
+    UNION ALL, for the shards that have unpublished rows (outbox_shards_unpublished). A
+    plain claim sends that filter together with one statement for every shard without a
+    backlog (outbox_claim_shards): at a steady flow a claim is one round trip, and only a
+    shard with a backlog gets a part, in a second. The server plans and runs one claim
+    statement, which sends one result set (decision 31). At READ COMMITTED a statement
+    opens its read view at its first read and reads its clock (claim_clock: SYSDATE(6))
+    as each row is read, after that, so "when a row is due" is judged as in a statement
+    per shard (design.md); each shard's rows come from one statement, in id order. The
+    first row of the rotation's first shard goes whatever its size (head)."""
+    array = codec_for("mariadb").array(shards)
+    params = {"head": shards[0], **params}
+    at_once = CLAIMS_OF_SHARDS.get(name)
+    if at_once is None:
+        found = yield Statement("outbox_shards_unpublished", {"shards": array, **params})
+        claimed = NamedRows([], ClaimedRow._fields)
+    else:
+        found = yield Statement(at_once, {"shards": array, **params}, named=True, sets=True)
+        assert isinstance(found, NamedRows)
+        (claimed,) = found.later
+    # The shards with a backlog that the statement for the others left out (judged again
+    # in its own read view: a shard it claimed from is not claimed twice).
+    shard_at = claimed.columns.index("shard")
+    taken = {row[shard_at] for row in claimed}
+    backlog = [int(shard) for shard, many in found if many or at_once is None]
+    backlog = [shard for shard in backlog if shard not in taken]
+    if not backlog:
+        return claimed
+    each = [{"shard": shard, **params} for shard in backlog]
+    rows = yield Statement(name, each, named=True, union=True)
+    assert isinstance(rows, NamedRows)
+    return NamedRows([*claimed, *rows], rows.columns)
 
 
-# MariaDB: the plain claims' statement of several shards, each with at most limit rows.
+# MariaDB: the plain claims with the claim of the shards without a backlog, in one round
+# trip (outbox_claim_shards).
 CLAIMS_OF_SHARDS = {
     "outbox_claim_batch": "outbox_claim_shards",
     "outbox_claim_batch_skip": "outbox_claim_shards_skip",

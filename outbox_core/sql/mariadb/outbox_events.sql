@@ -136,56 +136,65 @@ SELECT {{claim_columns}} FROM (
 {{claimed_rows}}
 {{union_part_order}}
 
+-- fragment: backlogged
+-- Shard s has more than limit unpublished rows: a walk of outbox_events_unpublished_idx
+-- that stops at the (limit + 1)th entry.
+((SELECT u.id FROM outbox_events u
+  WHERE u.shard = s.shard AND u.published_at IS NULL
+  ORDER BY u.id
+  LIMIT 1 OFFSET %(limit)s) IS NOT NULL)
+
+-- fragment: shards_unpublished
+-- Of the claim's shards (a JSON array), those with an unpublished row, and whether they
+-- have a backlog, more than limit (many): a seek of outbox_events_unpublished_idx each,
+-- and a walk of at most limit + 1 entries. A claim's part costs the server about half a
+-- millisecond even when its shard has nothing (parsing, planning, its derived tables), so
+-- the store claims only the shards this names (relay/store/sql.py). Rows committed after
+-- it are claimed by the next cycle, as rows committed after a claim are.
+SELECT s.shard, {{backlogged}} AS many
+FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
+WHERE EXISTS (
+    SELECT 1 FROM outbox_events e WHERE e.shard = s.shard AND e.published_at IS NULL
+)
+
+-- name: outbox_shards_unpublished
+{{shards_unpublished}};
+
 -- fragment: claim_of_shards(rule)
--- The plain claim of several shards in one statement, for shards that each have at most
--- limit unpublished rows (outbox_shards_unpublished): it reads every claimable row of
--- them, each shard's through outbox_events_unpublished_idx, and keeps each shard's first
--- limit by id (n), so it returns what the per-shard parts would, for the price of one.
--- A shard with a backlog is claimed by claim_per_shard, whose walk stops after limit rows.
--- The array (distinct shards) is read first, and each shard's unpublished rows through
--- the index (ref on shard, published_at): joined as `IN (...)`, the optimizer may scan
--- the table.
+-- The plain claim of the shards without a backlog (at most limit unpublished rows) in
+-- one statement: it reads every claimable row of them, each shard's through
+-- outbox_events_unpublished_idx, so it returns what their per-shard parts would
+-- (claim_per_shard: a shard's first limit claimable rows), for the price of one part. A
+-- shard with a backlog is left out (backlogged, judged in the statement's own read
+-- view): the store claims it with a part of its own, whose walk stops after limit rows.
+-- The array (distinct shards) is read first, the condition judged once a shard, and each
+-- shard's unpublished rows read through the index (ref on shard, published_at): joined
+-- as `IN (...)`, the optimizer may scan the table.
 SELECT {{claim_columns}} FROM (
     SELECT r.id, r.shard, r.size, {{upto}}
     FROM (
-        SELECT e.id, e.shard, length(e.payload) AS size,
-               row_number() OVER (PARTITION BY e.shard ORDER BY e.id) AS n
+        SELECT e.id, e.shard, length(e.payload) AS size
         FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
         STRAIGHT_JOIN outbox_events e FORCE INDEX (outbox_events_unpublished_idx)
           ON e.shard = s.shard
-        WHERE {{claimable}}
+        WHERE NOT {{backlogged}}
+          AND {{claimable}}
           {{not_held}}
           {{rule}}
     ) AS r
-    WHERE r.n <= %(limit)s
 ) AS w
 {{claimed_rows}}
 
 -- name: outbox_claim_shards
--- The plain claim's rows (outbox_claim_batch) of shards with at most limit unpublished
--- rows each, in one statement (claim_of_shards).
+-- The plain claim (outbox_claim_batch) in one round trip, two statements: which shards
+-- have rows and which a backlog (shards_unpublished), then the rows of those without a
+-- backlog (claim_of_shards). Two result sets, read apart (relay/store/sql.py).
+{{shards_unpublished}};
 {{claim_of_shards(rule=key_not_blocked)}};
 
 -- name: outbox_claim_shards_skip
+{{shards_unpublished}};
 {{claim_of_shards(rule=nothing)}};
-
--- name: outbox_shards_unpublished
--- Of the claim's shards (a JSON array), those with an unpublished row, and whether they
--- have more than limit (many): a seek of outbox_events_unpublished_idx each, and a walk of
--- at most limit + 1 entries, all in one statement. A claim's part costs the server about
--- half a millisecond even when its shard has nothing (parsing, planning, its derived
--- tables), so the store claims only the shards this names, and those without many in one
--- part (relay/store/sql.py). Rows committed after it are claimed by the next cycle, as
--- rows committed after a claim are.
-SELECT s.shard,
-       (SELECT e.id FROM outbox_events e
-        WHERE e.shard = s.shard AND e.published_at IS NULL
-        ORDER BY e.id
-        LIMIT 1 OFFSET %(limit)s) IS NOT NULL AS many
-FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
-WHERE EXISTS (
-    SELECT 1 FROM outbox_events e WHERE e.shard = s.shard AND e.published_at IS NULL
-);
 
 -- fragment: tenant_list
 -- A JSON array of tenant names as rows t ('' names the untenanted rows).
