@@ -6,9 +6,9 @@ one SQLite connection on its own thread, or a MariaDB pool: outbox_core.asyncpg_
 sqlite_thread / mariadb_pool), how parameters are encoded (outbox_core.codec), and the
 forms of the claim, the settle and the lease writes: Postgres writes each as one
 statement; SQLite claims shard by shard and settles in steps under its write lock;
-MariaDB, without LATERAL or UPDATE ... RETURNING, claims with one part per shard (one
-UNION ALL) and settles and writes leases in steps inside one transaction
-(CLAIM_FORMS, SETTLE_FORMS, WRITE_FORMS).
+MariaDB, without LATERAL or UPDATE ... RETURNING, claims the shards without a backlog in
+one statement and the others with a part each (one UNION ALL), and settles and writes
+leases in steps inside one transaction (CLAIM_FORMS, SETTLE_FORMS, WRITE_FORMS).
 """
 
 from __future__ import annotations
