@@ -33,11 +33,13 @@ Params = Mapping[str, Any]
 
 class NamedRows(list[tuple[Any, ...]]):
     """Rows with their result's column names, for a Statement(named=True): the caller maps
-    names to positions once per statement, not once per row."""
+    names to positions once per statement, not once per row. `later`: for a
+    Statement(sets=True), the result sets after this one, in order."""
 
-    def __init__(self, rows: Rows, columns: Sequence[str]) -> None:
+    def __init__(self, rows: Rows, columns: Sequence[str], later: Sequence[NamedRows] = ()) -> None:
         super().__init__(rows)
         self.columns = tuple(columns)
+        self.later = list(later)
 
 
 def _result(statement: Statement, rows: Rows, columns: Any) -> Rows:
@@ -53,6 +55,14 @@ class Statement:
     a statement of its own; the rows of all of them, in order. A block of several
     statements (a script) runs this way, even with one parameter set: every result set
     is read.
+    `union` (MariaDB, aiomysql): once per parameter set too, each rendering a part of one
+    statement, `(part) UNION ALL (part) ...` (union_of): one read view, one plan, one
+    result set, the parts' rows in the parts' order.
+    `sets` (MariaDB, aiomysql): a block of several statements whose result sets differ,
+    run once: the first result set as NamedRows, the others in its `later`.
+    `commit` (MariaDB, aiomysql): the last statement of a plan that writes, its
+    transaction's COMMIT sent with it (AiomysqlExecutor); elsewhere the plan commits when
+    it returns, as always.
     `binary`: rows come back in Postgres's binary format (bytea as raw bytes instead of
     hex text: half the bytes and no decoding, for large reads); other drivers ignore it.
     `named`: rows come back as NamedRows, with the result's column names."""
@@ -63,6 +73,9 @@ class Statement:
     binary: bool = False
     named: bool = False
     together: bool = False
+    union: bool = False
+    sets: bool = False
+    commit: bool = False
 
 
 Plan = Generator[Statement, Rows, Any]
@@ -132,7 +145,7 @@ def bind(driver: Driver, dialect: Dialect, statement: Statement) -> tuple[str, A
         params = for_driver(driver, _one(statement))
         return numbered_query.sql, tuple(params[n] for n in names)
     sql = query(dialect, statement.query)
-    if statement.together:
+    if statement.together or statement.union:
         return sql, [for_driver(driver, p) for p in _many(statement)]
     if statement.many:
         if dialect == "mariadb":
@@ -323,46 +336,82 @@ class MysqldbExecutor(PyMysqlExecutor):
 
 
 class AiomysqlExecutor:
-    """On an aiomysql connection (MariaDB), with tuple rows as PyMysqlExecutor."""
+    """On an aiomysql connection (MariaDB), with tuple rows as PyMysqlExecutor.
+
+    begin: the connection has no transaction open and the plan's statements are to run in
+    one (outbox_core/mariadb_pool.py): its first statement is sent behind
+    `transaction_begin` in the same round trip, and a statement marked `commit` is
+    followed by `transaction_commit` (database.sql), so a fence and its writes take two
+    round trips, not four."""
 
     dialect: Dialect = "mariadb"
     driver: Driver = "aiomysql"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, begin: bool = False) -> None:
         self.conn = conn
+        self._begin = begin
+        self._committed = False
 
     async def run(self, statement: Statement) -> Rows:
         from aiomysql import Cursor
 
+        if self._committed:  # it would run in autocommit, alone: a plan's mistake
+            raise OutboxError(f"{statement.query} follows its plan's commit")
         sql, params = bind(self.driver, self.dialect, statement)
         with translated():
             async with self.conn.cursor(Cursor) as cur:
                 if statement.many:
+                    if self._begin:
+                        await self.conn.begin()
+                        self._begin = False
                     await cur.executemany(sql, params)
                     return []
                 if statement.together:
-                    return await _together(cur, statement, sql, params)
-                await cur.execute(sql, params)
-                if not cur.description:
+                    parts = [cur.mogrify(sql, p) for p in params]
+                elif statement.union:
+                    parts = [union_of(cur, sql, params)] if params else []
+                else:
+                    parts = [cur.mogrify(sql, params)]
+                if not parts:
                     return []
-                return _result(statement, list(await cur.fetchall()), cur.description)
+                if self._begin:
+                    parts.insert(0, query(self.dialect, "transaction_begin"))
+                    self._begin = False
+                if statement.commit:
+                    parts.append(query(self.dialect, "transaction_commit"))
+                    self._committed = True
+                return await _every_result(cur, statement, parts)
 
 
-async def _together(cur: Any, statement: Statement, sql: str, params: list[Params]) -> Rows:
-    """The statement once per parameter set, rendered by the driver as execute would and
-    sent as one multi-statement; every result set read (a pending one would leave the
-    connection unusable)."""
-    if not params:
-        return []
-    await cur.execute(";\n".join(cur.mogrify(sql, p) for p in params))
+async def _every_result(cur: Any, statement: Statement, parts: list[str]) -> Rows:
+    """The rendered statements sent as one multi-statement (aiomysql's connections always
+    accept them); the rows of every result set, in order, all read (a pending one would
+    leave the connection unusable)."""
+    await cur.execute(";\n".join(parts))
     rows: Rows = []
-    columns = cur.description
+    columns = None
+    sets: list[NamedRows] = []
     while True:
         if cur.description:
             columns = cur.description
-            rows += await cur.fetchall()
+            if statement.sets:
+                sets.append(NamedRows(list(await cur.fetchall()), [c[0] for c in columns]))
+            else:
+                rows += await cur.fetchall()
         if not await cur.nextset():
-            return _result(statement, rows, columns) if columns else rows
+            break
+    if statement.sets:
+        return NamedRows(sets[0], sets[0].columns, sets[1:]) if sets else []
+    return _result(statement, rows, columns) if columns else rows
+
+
+def union_of(cur: Any, sql: str, params: Sequence[Params]) -> str:
+    """One statement of the block's parts, each rendered by the driver (a PyMySQL or
+    aiomysql cursor's mogrify) with its own parameters and parenthesised: `(part) UNION ALL
+    (part) ...`. A part keeps its own ORDER BY only with a LIMIT (MariaDB drops the order
+    of a part without one), so a block meant as a part ends with both."""
+    part = _from_the_first_keyword(sql)
+    return "\nUNION ALL\n".join(f"(\n{cur.mogrify(part, p)}\n)" for p in params)
 
 
 def django_driver(wrapper: Any) -> Driver:

@@ -119,14 +119,14 @@ class MariadbPool:
 
     async def run_plan(self, plan: Plan, *, write: bool = False) -> Any:
         """All of the plan's statements on one connection; with write, in one transaction
-        that commits when the plan returns and rolls back if it fails."""
+        that commits when the plan returns and rolls back if it fails. The transaction
+        opens with the plan's first statement, in its round trip, and commits with the
+        statement marked commit, in its, or else after the plan (AiomysqlExecutor)."""
         pool = self._pool
         conn = await self._acquire()
         try:
-            if write:
-                await conn.begin()
-            result = await run_plan_async(plan, AiomysqlExecutor(conn))
-            if write:
+            result = await run_plan_async(plan, AiomysqlExecutor(conn, begin=write))
+            if write and conn.get_transaction_status():
                 await conn.commit()
             return result
         except BaseException as exc:

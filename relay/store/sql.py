@@ -6,9 +6,9 @@ one SQLite connection on its own thread, or a MariaDB pool: outbox_core.asyncpg_
 sqlite_thread / mariadb_pool), how parameters are encoded (outbox_core.codec), and the
 forms of the claim, the settle and the lease writes: Postgres writes each as one
 statement; SQLite claims shard by shard and settles in steps under its write lock;
-MariaDB, without LATERAL or UPDATE ... RETURNING, claims shard by shard (the statements
-sent in one round trip) and settles and writes leases in steps inside one transaction
-(CLAIM_FORMS, SETTLE_FORMS, WRITE_FORMS).
+MariaDB, without LATERAL or UPDATE ... RETURNING, claims the shards without a backlog in
+one statement and the others with a part each (one UNION ALL), and settles and writes
+leases in steps inside one transaction (CLAIM_FORMS, SETTLE_FORMS, WRITE_FORMS).
 """
 
 from __future__ import annotations
@@ -89,20 +89,38 @@ def _settle_in_steps(fence: dict[str, Any], params: dict[str, Any], keep: bool) 
     return Settled(len(published), len(failed), lost)
 
 
+_NO_IDS = codec_for("mariadb").ids([])
+# (keep, failures): the settle's writes after its fence, on MariaDB.
+_SETTLE_STEPS = {
+    (True, False): "outbox_settle_keep_steps",
+    (True, True): "outbox_settle_keep_failed_steps",
+    (False, False): "outbox_settle_delete_steps",
+    (False, True): "outbox_settle_delete_failed_steps",
+}
+
+
 def _settle_in_a_transaction(fence: dict[str, Any], params: dict[str, Any], keep: bool) -> Plan:
     """MariaDB: one transaction (SqlStore runs a plan that writes so), fenced by the lease
     rows lease_check locks in share mode, then the writes and their counts sent in one
-    round trip (outbox_settle_*_steps). Kept rows move into outbox_published, copied then
-    deleted; those larger than move_max_bytes are marked where they are."""
+    round trip with the COMMIT (outbox_settle_*_steps): two round trips, the first with
+    the transaction's start. Kept rows move into outbox_published, copied then deleted;
+    those larger than move_max_bytes are marked where they are. The failures' write is
+    sent only when there are failures: a multi-table UPDATE that sets a TEXT column
+    (last_error) from another table keeps the values in a temporary table on disk, even
+    for no row."""
     held = yield from _held_shards(fence, "mariadb")
     lost = frozenset(fence["shards"]) - set(held)
     if not held:
         return Settled(0, 0, lost)
-    steps = "outbox_settle_keep_steps" if keep else "outbox_settle_delete_steps"
+    failures = params["failed_ids"] != _NO_IDS
     counts = yield Statement(
-        steps, [{**params, "shards": codec_for("mariadb").array(held)}], together=True
+        _SETTLE_STEPS[keep, failures],
+        [{**params, "shards": codec_for("mariadb").array(held)}],
+        together=True,
+        commit=True,
     )
-    *published, failed = (int(n) for (n,) in counts)
+    found = [int(n) for (n,) in counts]
+    published, failed = (found[:-1], found[-1]) if failures else (found, 0)
     return Settled(sum(published), failed, lost)
 
 
@@ -120,9 +138,9 @@ def _single_write(name: str, params: dict[str, Any]) -> Plan:
 
 def _write_then_read(name: str, params: dict[str, Any]) -> Plan:
     """No UPDATE ... RETURNING: the write, then `<name>_result` reads what it wrote, in the
-    same transaction (its locks held)."""
+    same transaction (its locks held), which commits with it."""
     yield Statement(name, params)
-    return (yield Statement(f"{name}_result", params))
+    return (yield Statement(f"{name}_result", params, commit=True))
 
 
 # A lease write that returns rows (lease_acquire, lease_renew).
@@ -150,24 +168,47 @@ def _claim_per_shard(name: str, shards: list[int], params: dict[str, Any]) -> Pl
     return rows
 
 
-def _claim_per_shard_together(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
-    """MariaDB: the statements of _claim_per_shard in one round trip (a multi-statement),
-    for the shards that have unpublished rows (outbox_shards_unpublished), so a cycle's
-    claim waits for the network and the event loop twice, not once a shard, and the server
-    plans a statement only for a shard with rows. Each stays a statement of its own: at
-    READ COMMITTED it opens its own read view at its first read and reads its clock
-    (claim_clock: SYSDATE(6)) after that, as when sent one by one, so "when a row is due"
-    is judged exactly as before."""
-    found = yield Statement(
-        "outbox_shards_unpublished", {"shards": codec_for("mariadb").array(shards)}
-    )
-    pending = {int(shard) for (shard,) in found}
-    # head goes to the first shard claimed: the rotation's next shard that has rows.
-    shards = [shard for shard in shards if shard in pending]
-    if not shards:
-        return NamedRows([], ClaimedRow._fields)
-    each = [{"shard": shard, "head": i == 0, **params} for i, shard in enumerate(shards)]
-    return (yield Statement(name, each, named=True, together=True))
+def _claim_per_shard_union(name: str, shards: list[int], params: dict[str, Any]) -> Plan:
+    """MariaDB: the statement of _claim_per_shard once per shard as the parts of one
+    UNION ALL, for the shards that have unpublished rows (outbox_shards_unpublished). A
+    plain claim sends that filter together with one statement for every shard without a
+    backlog (outbox_claim_shards): at a steady flow a claim is one round trip, and only a
+    shard with a backlog gets a part, in a second. The server plans and runs one claim
+    statement, which sends one result set (decision 31). At READ COMMITTED a statement
+    opens its read view at its first read and reads its clock (claim_clock: SYSDATE(6))
+    as each row is read, after that, so "when a row is due" is judged as in a statement
+    per shard (design.md); each shard's rows come from one statement, in id order. The
+    first row of the rotation's first shard goes whatever its size (head)."""
+    array = codec_for("mariadb").array(shards)
+    params = {"head": shards[0], **params}
+    at_once = CLAIMS_OF_SHARDS.get(name)
+    if at_once is None:
+        found = yield Statement("outbox_shards_unpublished", {"shards": array, **params})
+        claimed = NamedRows([], ClaimedRow._fields)
+    else:
+        found = yield Statement(at_once, {"shards": array, **params}, named=True, sets=True)
+        assert isinstance(found, NamedRows)
+        (claimed,) = found.later
+    # The shards with a backlog that the statement for the others left out (judged again
+    # in its own read view: a shard it claimed from is not claimed twice).
+    shard_at = claimed.columns.index("shard")
+    taken = {row[shard_at] for row in claimed}
+    backlog = [int(shard) for shard, many in found if many or at_once is None]
+    backlog = [shard for shard in backlog if shard not in taken]
+    if not backlog:
+        return claimed
+    each = [{"shard": shard, **params} for shard in backlog]
+    rows = yield Statement(name, each, named=True, union=True)
+    assert isinstance(rows, NamedRows)
+    return NamedRows([*claimed, *rows], rows.columns)
+
+
+# MariaDB: the plain claims with the claim of the shards without a backlog, in one round
+# trip (outbox_claim_shards).
+CLAIMS_OF_SHARDS = {
+    "outbox_claim_batch": "outbox_claim_shards",
+    "outbox_claim_batch_skip": "outbox_claim_shards_skip",
+}
 
 
 # (policy, shape): without fair_tenants the claim is the statement it always was (plain);
@@ -186,7 +227,7 @@ ClaimForm = Callable[[str, list[int], dict[str, Any]], Plan]
 CLAIM_FORMS: dict[Dialect, ClaimForm] = {
     "postgres": _claim_in_one_statement,
     "sqlite": _claim_per_shard,
-    "mariadb": _claim_per_shard_together,
+    "mariadb": _claim_per_shard_union,
 }
 
 

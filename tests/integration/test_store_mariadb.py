@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic import SecretStr
 
-from outbox_core.errors import DatabaseError
+from outbox_core.errors import DatabaseError, OutboxError
 from outbox_core.executors import Statement
 from outbox_core.mariadb_pool import MariadbPool, session_init
 from outbox_core.queries import query
@@ -102,6 +102,53 @@ async def test_settles_and_operator_actions_do_not_wait_for_an_open_insert(
     assert await store.lease_renew(OWNER, {SHARD: token}, 30) == {SHARD}
     status = admin.status(maria.url)
     assert status.pending == 1  # the failed row, backing off; the open insert is unseen
+
+
+async def test_a_steady_claim_is_one_round_trip_and_a_settle_two(
+    maria: Backend, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No shard with a backlog: the claim sends the shard filter and the claim of the
+    shards in one round trip; the settle sends its fence with the transaction's start,
+    then its writes with the commit. What a cycle costs in round trips, besides the send."""
+    import aiomysql
+
+    sent: list[Any] = []
+    real = aiomysql.Connection._execute_command
+
+    async def counted(self: Any, command: int, sql: Any) -> Any:
+        sent.append(sql)
+        return await real(self, command, sql)
+
+    rows = emit(maria, *(event(k) for k in keys_on_shard(SHARD, 3)))
+    token = await store.lease_acquire(SHARD, OWNER, 30)
+    assert token is not None
+    monkeypatch.setattr(aiomysql.Connection, "_execute_command", counted)
+    claimed = await claim(store, list(range(SHARD_COUNT)), 100, "block_key")
+    assert sorted(ids_of(claimed)) == sorted(rows)
+    assert len(sent) == 1, sent
+    sent.clear()
+    done = await settle(store, OWNER, {SHARD: token}, rows, [], True)
+    assert (done.published, done.lost) == (3, frozenset())
+    assert len(sent) == 2, sent
+    monkeypatch.undo()
+    assert await claim(store, list(range(SHARD_COUNT)), 100, "block_key") == []
+
+
+async def test_a_statement_after_its_plans_commit_is_refused(maria: Backend) -> None:
+    """It would run in autocommit, alone, outside the transaction its plan meant."""
+
+    def plan() -> Any:
+        yield Statement("outbox_count_unpublished", commit=True)
+        yield Statement("outbox_count_unpublished")
+
+    pool = MariadbPool(maria.url, max_size=1)
+    await pool.open()
+    try:
+        with pytest.raises(OutboxError, match="follows its plan's commit"):
+            await pool.run_plan(plan(), write=True)
+        assert await pool.run(Statement("outbox_count_unpublished")) == [(0,)]
+    finally:
+        await pool.close()
 
 
 HOSTILE = ["it's", 'a "quote"', "back\\slash", "%(limit)s", "--", "é☕", "' OR 1=1 --"]

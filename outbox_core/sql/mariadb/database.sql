@@ -32,3 +32,12 @@ SET SESSION time_zone = '+00:00', SESSION tx_isolation = 'READ-COMMITTED'
 -- name: database_in_transaction
 -- Whether the session has a transaction open (1) or runs each statement by itself (0).
 SELECT @@in_transaction;
+
+-- name: transaction_begin
+-- A plan that writes opens its transaction with its first statement, in the same round
+-- trip (outbox_core/executors.py, AiomysqlExecutor).
+START TRANSACTION;
+
+-- name: transaction_commit
+-- Sent with the last statement of a plan that writes (Statement(commit=True)).
+COMMIT;

@@ -43,25 +43,32 @@ e.id, e.shard, e.event_id, e.topic, e.`key`, e.event_type, e.payload, e.headers 
 e.attempts, CAST(UNIX_TIMESTAMP(e.created_at) AS DOUBLE) AS created_at, e.tenant
 
 -- fragment: upto
--- The byte budget (see the Postgres twin), over rows r already cut to the claim's limit:
--- the window is computed over at most `limit` rows, never over all of a shard's backlog.
--- r and the window's result w hold ids and sizes only; the claimed rows are read after
--- the budget cut them (claimed_rows). A derived table with a BLOB column (payload,
--- headers) is materialized as an Aria table on disk, one without as a MEMORY table: the
--- two with every column took half of a claim statement's time in the server (decision 31).
-sum(r.size) OVER (ORDER BY r.id ROWS UNBOUNDED PRECEDING) AS upto
+-- The byte budget (see the Postgres twin), over rows r already cut to the claim's limit
+-- per shard: the window is computed over at most `limit` rows a shard, never over all of
+-- a shard's backlog. r and the window's result w hold ids, shards and sizes only; the
+-- claimed rows are read after the budget cut them (claimed_rows). A derived table with a
+-- BLOB column (payload, headers) is materialized as an Aria table on disk, one without as
+-- a MEMORY table: the two with every column took half of a claim statement's time in the
+-- server (decision 31).
+sum(r.size) OVER (PARTITION BY r.shard ORDER BY r.id ROWS UNBOUNDED PRECEDING) AS upto
 
 -- fragment: shard_rows
--- See the Postgres twin; head is 1 for the first shard of the claim's array.
-(w.upto <= %(shard_bytes)s OR (w.upto = w.size AND %(head)s))
+-- See the Postgres twin; head is the first shard of the claim's array.
+(w.upto <= %(shard_bytes)s OR (w.upto = w.size AND w.shard = %(head)s))
 
 -- fragment: claimed_rows
--- The rows the budget kept (w: ids, sizes, upto), read by primary key in id order: w is
--- sorted (a few ids) and each row joined to it (eq_ref). The same statement, so the same
--- read view: each row as the claim saw it.
-STRAIGHT_JOIN outbox_events e ON e.id = w.id
+-- The rows the budget kept (w: ids, shards, sizes, upto), read by primary key in id
+-- order: w is sorted (a few ids) and each row joined to it (eq_ref). The same statement,
+-- so the same read view: each row as the claim saw it.
+STRAIGHT_JOIN outbox_events e FORCE INDEX (PRIMARY) ON e.id = w.id
 WHERE {{shard_rows}}
 ORDER BY w.id
+
+-- fragment: union_part_order
+-- A claim of one shard is a part of a UNION ALL (relay/store/sql.py), where MariaDB keeps
+-- a part's ORDER BY only when the part has a LIMIT: this one cuts nothing (w holds at
+-- most limit rows).
+LIMIT %(limit)s
 
 -- fragment: not_held
 AND e.`key` NOT IN (
@@ -107,15 +114,15 @@ AND NOT EXISTS (
 AND coalesce(e.tenant, '') = %(tenant)s
 
 -- fragment: claim_per_shard(tenant, rule)
--- MariaDB has no LATERAL: the store runs a claim once per shard, the statements sent in
--- one round trip (relay/store/sql.py), each a walk of outbox_events_unpublished_idx
--- (shard, published_at, id) in id order that stops after limit rows. Each statement
--- reads a snapshot of its own: a shard's rows are ordered among themselves only, so no
--- two shards need to agree.
+-- MariaDB has no LATERAL: a claim is this once per shard, the parts of one UNION ALL
+-- (relay/store/sql.py), each a walk of outbox_events_unpublished_idx (shard,
+-- published_at, id) in id order that stops after limit rows. The statement reads one
+-- snapshot, opened at its first read, for every shard; a shard's rows are ordered among
+-- themselves only.
 SELECT {{claim_columns}} FROM (
-    SELECT r.id, r.size, {{upto}}
+    SELECT r.id, r.shard, r.size, {{upto}}
     FROM (
-        SELECT e.id, length(e.payload) AS size
+        SELECT e.id, e.shard, length(e.payload) AS size
         FROM outbox_events e
         WHERE e.shard = %(shard)s
           {{tenant}}
@@ -127,19 +134,67 @@ SELECT {{claim_columns}} FROM (
     ) AS r
 ) AS w
 {{claimed_rows}}
+{{union_part_order}}
 
--- name: outbox_shards_unpublished
--- Of the claim's shards (a JSON array), those with an unpublished row: one seek of
--- outbox_events_unpublished_idx each, all in one statement. A claim statement costs about
--- a millisecond in the server even when its shard has nothing (parsing, planning, its
--- derived tables), so the store claims only the shards this names
--- (relay/store/sql.py). Rows committed after it are claimed by the next cycle, as rows
--- committed after a claim are.
-SELECT s.shard
+-- fragment: backlogged
+-- Shard s has more than limit unpublished rows: a walk of outbox_events_unpublished_idx
+-- that stops at the (limit + 1)th entry.
+((SELECT u.id FROM outbox_events u
+  WHERE u.shard = s.shard AND u.published_at IS NULL
+  ORDER BY u.id
+  LIMIT 1 OFFSET %(limit)s) IS NOT NULL)
+
+-- fragment: shards_unpublished
+-- Of the claim's shards (a JSON array), those with an unpublished row, and whether they
+-- have a backlog, more than limit (many): a seek of outbox_events_unpublished_idx each,
+-- and a walk of at most limit + 1 entries. A claim's part costs the server about half a
+-- millisecond even when its shard has nothing (parsing, planning, its derived tables), so
+-- the store claims only the shards this names (relay/store/sql.py). Rows committed after
+-- it are claimed by the next cycle, as rows committed after a claim are.
+SELECT s.shard, {{backlogged}} AS many
 FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
 WHERE EXISTS (
     SELECT 1 FROM outbox_events e WHERE e.shard = s.shard AND e.published_at IS NULL
-);
+)
+
+-- name: outbox_shards_unpublished
+{{shards_unpublished}};
+
+-- fragment: claim_of_shards(rule)
+-- The plain claim of the shards without a backlog (at most limit unpublished rows) in
+-- one statement: it reads every claimable row of them, each shard's through
+-- outbox_events_unpublished_idx, so it returns what their per-shard parts would
+-- (claim_per_shard: a shard's first limit claimable rows), for the price of one part. A
+-- shard with a backlog is left out (backlogged, judged in the statement's own read
+-- view): the store claims it with a part of its own, whose walk stops after limit rows.
+-- The array (distinct shards) is read first, the condition judged once a shard, and each
+-- shard's unpublished rows read through the index (ref on shard, published_at): joined
+-- as `IN (...)`, the optimizer may scan the table.
+SELECT {{claim_columns}} FROM (
+    SELECT r.id, r.shard, r.size, {{upto}}
+    FROM (
+        SELECT e.id, e.shard, length(e.payload) AS size
+        FROM JSON_TABLE(%(shards)s, '$[*]' COLUMNS (shard smallint PATH '$')) AS s
+        STRAIGHT_JOIN outbox_events e FORCE INDEX (outbox_events_unpublished_idx)
+          ON e.shard = s.shard
+        WHERE NOT {{backlogged}}
+          AND {{claimable}}
+          {{not_held}}
+          {{rule}}
+    ) AS r
+) AS w
+{{claimed_rows}}
+
+-- name: outbox_claim_shards
+-- The plain claim (outbox_claim_batch) in one round trip, two statements: which shards
+-- have rows and which a backlog (shards_unpublished), then the rows of those without a
+-- backlog (claim_of_shards). Two result sets, read apart (relay/store/sql.py).
+{{shards_unpublished}};
+{{claim_of_shards(rule=key_not_blocked)}};
+
+-- name: outbox_claim_shards_skip
+{{shards_unpublished}};
+{{claim_of_shards(rule=nothing)}};
 
 -- fragment: tenant_list
 -- A JSON array of tenant names as rows t ('' names the untenanted rows).
@@ -147,45 +202,48 @@ WHERE EXISTS (
                 t varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin PATH '$')
 
 -- fragment: claim_by_turns(rule)
--- See the Postgres twin for the turns. Run once per shard, like the plain claim. Without
--- LATERAL, a tenant's first per_tenant rows are found by numbering the shard's claimable
--- rows per tenant (one walk of the shard's unpublished rows); only ids are ranked, then
--- the chosen rows are read by primary key.
-WITH weights AS (
-    SELECT n.t AS tenant, w.weight
-    FROM JSON_TABLE(%(weight_tenants)s, {{tenant_list}}) AS n
-    JOIN JSON_TABLE(%(weights)s, '$[*]' COLUMNS (i FOR ORDINALITY, weight int PATH '$')) AS w
-      ON w.i = n.i
-),
-candidates AS (
-    SELECT c.id, c.tenant, row_number() OVER (PARTITION BY c.tenant ORDER BY c.id) AS k
-    FROM (
-        SELECT e.id, coalesce(e.tenant, '') AS tenant
-        FROM outbox_events e
-        WHERE e.shard = %(shard)s
-          AND {{claimable}}
-          {{not_held}}
-          {{rule}}
-    ) AS c
-    WHERE (%(only)s IS NULL OR c.tenant IN (SELECT o.t FROM JSON_TABLE(%(only)s, {{tenant_list}}) AS o))
-      AND c.tenant NOT IN (SELECT s.t FROM JSON_TABLE(%(skip)s, {{tenant_list}}) AS s)
-),
-chosen AS (
-    SELECT c.id
-    FROM candidates c
-    LEFT JOIN weights w ON w.tenant = c.tenant
-    WHERE c.k <= %(per_tenant)s
-    ORDER BY (c.k - 1) DIV coalesce(w.weight, 1), c.id
-    LIMIT %(limit)s
-)
+-- See the Postgres twin for the turns. A part of the claim's UNION ALL, like the plain
+-- claim, so derived tables where the Postgres twin has a WITH (a union's part cannot
+-- start with one). Without LATERAL, a tenant's first per_tenant rows are found by
+-- numbering the shard's claimable rows per tenant (one walk of the shard's unpublished
+-- rows); only ids are ranked (c), the turns (the weights w) choose limit of them (ch),
+-- then the chosen rows are read by primary key.
 SELECT {{claim_columns}} FROM (
-    SELECT r.id, r.size, {{upto}}
+    SELECT r.id, r.shard, r.size, {{upto}}
     FROM (
-        SELECT e.id, length(e.payload) AS size
-        FROM chosen ch JOIN outbox_events e ON e.id = ch.id
+        SELECT e.id, e.shard, length(e.payload) AS size
+        FROM (
+            SELECT c.id
+            FROM (
+                SELECT c.id, c.tenant,
+                       row_number() OVER (PARTITION BY c.tenant ORDER BY c.id) AS k
+                FROM (
+                    SELECT e.id, coalesce(e.tenant, '') AS tenant
+                    FROM outbox_events e
+                    WHERE e.shard = %(shard)s
+                      AND {{claimable}}
+                      {{not_held}}
+                      {{rule}}
+                ) AS c
+                WHERE (%(only)s IS NULL
+                       OR c.tenant IN (SELECT o.t FROM JSON_TABLE(%(only)s, {{tenant_list}}) AS o))
+                  AND c.tenant NOT IN (SELECT s.t FROM JSON_TABLE(%(skip)s, {{tenant_list}}) AS s)
+            ) AS c
+            LEFT JOIN (
+                SELECT n.t AS tenant, w.weight
+                FROM JSON_TABLE(%(weight_tenants)s, {{tenant_list}}) AS n
+                JOIN JSON_TABLE(%(weights)s, '$[*]' COLUMNS (i FOR ORDINALITY, weight int PATH '$')) AS w
+                  ON w.i = n.i
+            ) AS w ON w.tenant = c.tenant
+            WHERE c.k <= %(per_tenant)s
+            ORDER BY (c.k - 1) DIV coalesce(w.weight, 1), c.id
+            LIMIT %(limit)s
+        ) AS ch
+        JOIN outbox_events e ON e.id = ch.id
     ) AS r
 ) AS w
 {{claimed_rows}}
+{{union_part_order}}
 
 -- fragment: ids_first(id_list)
 -- Writes by a JSON array of ids join it, read first (STRAIGHT_JOIN), to the rows by
@@ -252,26 +310,44 @@ SET e.attempts = e.attempts + 1,
     e.status = CASE WHEN p.park THEN 'parked' ELSE 'pending' END
 WHERE {{in_held_shards}}
 
--- name: outbox_settle_delete_steps
--- The settle after its fence (lease_check), in the same transaction (relay/store/sql.py):
--- several statements, sent in one round trip and run in order. No write returns its rows
--- (a multi-table write has no RETURNING): a SELECT ROW_COUNT() after each counts them, so
--- the result sets are the rows published, then the rows failed.
-{{delete_acked}};
-SELECT ROW_COUNT();
+-- fragment: failures_counted
+-- The failures' write and its count, for a settle with failures only (relay/store/sql.py:
+-- a multi-table UPDATE setting last_error, a TEXT column, from another table writes a
+-- temporary table on disk, even when it changes no row).
 {{record_failures}};
-SELECT ROW_COUNT();
+SELECT ROW_COUNT()
 
--- name: outbox_settle_keep_steps
--- retention=keep, as outbox_settle_delete_steps: the rows moved, the rows marked in
--- place, then the rows failed.
+-- fragment: deleted_counted
+{{delete_acked}};
+SELECT ROW_COUNT()
+
+-- fragment: kept_counted
+-- retention=keep: the rows moved, then the rows marked in place, each counted.
 {{published_copy}};
 {{delete_moved}};
 SELECT ROW_COUNT();
 {{mark_too_large}};
-SELECT ROW_COUNT();
-{{record_failures}};
-SELECT ROW_COUNT();
+SELECT ROW_COUNT()
+
+-- name: outbox_settle_delete_steps
+-- The settle after its fence (lease_check), in the same transaction (relay/store/sql.py):
+-- several statements, sent in one round trip and run in order. No write returns its rows
+-- (a multi-table write has no RETURNING): a SELECT ROW_COUNT() after each counts them, so
+-- the result sets are the rows published (then, in the _failed twin, the rows failed).
+{{deleted_counted}};
+
+-- name: outbox_settle_delete_failed_steps
+{{deleted_counted}};
+{{failures_counted}};
+
+-- name: outbox_settle_keep_steps
+-- retention=keep, as outbox_settle_delete_steps: the rows moved, the rows marked in
+-- place (then, in the _failed twin, the rows failed).
+{{kept_counted}};
+
+-- name: outbox_settle_keep_failed_steps
+{{kept_counted}};
+{{failures_counted}};
 
 -- name: outbox_purge_published
 -- Retention: removes a small batch of rows published before the cutoff; run repeatedly.

@@ -198,6 +198,9 @@ FROM seq_1_to_20000;
 -- name: outbox_mark_published_below
 UPDATE outbox_events SET published_at = UTC_TIMESTAMP(6) WHERE id < %(below)s;
 
+-- name: outbox_mark_shard_published_below
+UPDATE outbox_events SET published_at = UTC_TIMESTAMP(6) WHERE shard = %(shard)s AND id < %(below)s;
+
 -- name: session_disk_tables
 -- The internal temporary tables this session has written to disk (Aria) so far.
 SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS
