@@ -28,6 +28,10 @@ MAX_LINE_BYTES = 8192
 REQUEST_DEADLINE_S = 5.0
 MAX_HEADERS = 64
 MAX_CONNECTIONS = 32
+# After the answer, how long what the client still sends is read and dropped before the
+# close: a close with unread bytes sends a reset, which can discard the answer (a 408 to
+# a client still sending its headers) before the client reads it.
+LINGER_S = 1.0
 
 
 class _Refused(Exception):
@@ -101,10 +105,22 @@ class OpsServer:
         except Exception as exc:  # a client that went away, or one too slow to read
             log.debug("ops request dropped", extra={"error": f"{type(exc).__name__}: {exc}"})
         finally:
-            self._open -= 1
+            self._open -= 1  # answered: a lingering close does not hold a place
+            with contextlib.suppress(Exception):
+                await self._linger(reader, writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    @staticmethod
+    async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Half-close, then drop what the client still sends, for at most LINGER_S."""
+        if writer.is_closing() or not writer.can_write_eof():
+            return
+        writer.write_eof()
+        async with asyncio.timeout(LINGER_S):
+            while await reader.read(MAX_LINE_BYTES):
+                pass
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
         try:

@@ -107,6 +107,21 @@ async def test_oversized_and_malformed_requests_get_a_status_never_a_traceback(
     _no_tracebacks(caplog)
 
 
+async def test_an_answer_reaches_a_client_that_goes_on_sending_after_it() -> None:
+    """A client still sending when its request is refused (here a header line of 1 MB, far
+    past the line limit): closing with its bytes unread would reset the connection, which
+    discards the answer before the client reads it. The server half-closes and drops what
+    still comes, for a bounded time, so the client gets its 431."""
+    async with serving() as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * 1_000_000)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=30)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 431 "), answer
+
+
 async def test_connections_past_the_cap_are_answered_busy_and_the_server_recovers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
