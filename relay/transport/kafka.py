@@ -263,6 +263,33 @@ class KafkaPublisher:
         if producer is None:
             raise PublishFailed(FailureReason.PRODUCER_BROKEN, "producer is not started")
         results: list[Outcome] = [HELD] * len(records)
+        # Every healthy batch is acked or expired by aiokafka within about two request
+        # timeouts; a batch appended while its producer was being stopped (recreated)
+        # is never sent nor failed, and its shard would wait for it forever.
+        acks = _Acks(3 * self._settings.request_timeout_ms / 1000)
+        await self._enqueue(producer, records, 0, results, acks)
+        if trailer is not None:
+            extras = trailer(sorted(i for members in acks.members for i in members))
+            if extras:
+                results += [HELD] * len(extras)
+                await self._enqueue(producer, extras, len(records), results, acks)
+        for members, failed in await acks.wait():
+            outcome: Outcome = ACKED if failed is None else failed
+            for i in members:
+                results[i] = outcome
+        return results
+
+    async def _enqueue(
+        self,
+        producer: AIOKafkaProducer,
+        records: Sequence[OutgoingRecord],
+        first: int,
+        results: list[Outcome],
+        acks: _Acks,
+    ) -> None:
+        """Enqueue the records, one record batch per partition, their outcomes from index
+        `first` of results: a topic's failure on its first record of each key (the later
+        ones HELD behind it), HELD while the topic is being looked up."""
         topics = {r.topic for r in records}
         partitions = self._partitions(topics)
         if None in partitions.values() and self._topics is not None:
@@ -272,7 +299,7 @@ class KafkaPublisher:
             partitions = self._partitions(topics)
         groups: dict[tuple[str, int], list[tuple[int, OutgoingRecord]]] = {}
         refused: set[tuple[str, bytes]] = set()
-        for i, record in enumerate(records):
+        for i, record in enumerate(records, first):
             known = partitions[record.topic]
             if known is None:
                 continue  # HELD: the topic is being looked up, beside the cycle
@@ -289,53 +316,12 @@ class KafkaPublisher:
                 groups[record.topic, partition] = [(i, record)]
             else:
                 group.append((i, record))
-        # Every healthy batch is acked or expired by aiokafka within about two request
-        # timeouts; a batch appended while its producer was being stopped (recreated)
-        # is never sent nor failed, and its shard would wait for it forever.
-        acks = _Acks(3 * self._settings.request_timeout_ms / 1000)
         sizes = {topic: self._sizes(topic) for topic, _ in groups}
         if any(largest is None for _, largest in sizes.values()):
             await self._limits.read(LOOKUP_WAIT_S)  # as for a topic's lookup
             sizes = {topic: self._sizes(topic) for topic, _ in groups}
         for (topic, partition), items in groups.items():
             size, largest = sizes[topic]
-            await self._enqueue_partition(
-                producer, topic, partition, size, items, results, acks, largest
-            )
-        if trailer is not None:
-            extras = trailer(sorted(i for members in acks.members for i in members))
-            if extras:
-                results += [HELD] * len(extras)
-                await self._trail(producer, extras, len(records), results, acks)
-        for members, failed in await acks.wait():
-            outcome: Outcome = ACKED if failed is None else failed
-            for i in members:
-                results[i] = outcome
-        return results
-
-    async def _trail(
-        self,
-        producer: AIOKafkaProducer,
-        extras: Sequence[OutgoingRecord],
-        first: int,
-        results: list[Outcome],
-        acks: _Acks,
-    ) -> None:
-        """Submit the trailer's records (publish_then's, all of one topic), their outcomes
-        from index `first`; HELD while the topic is being looked up."""
-        topic = extras[0].topic
-        known = self._partitions({topic})[topic]
-        if known is None and self._topics is not None:
-            await self._topics.looked(LOOKUP_WAIT_S)
-            known = self._partitions({topic})[topic]
-        if known is None or isinstance(known, PublishFailed):
-            results[first:] = [HELD if known is None else known] * len(extras)
-            return
-        size, largest = self._sizes(topic)
-        groups: dict[int, list[tuple[int, OutgoingRecord]]] = {}
-        for i, record in enumerate(extras, first):
-            groups.setdefault(known[_key_slot(record.key) % len(known)], []).append((i, record))
-        for partition, items in groups.items():
             await self._enqueue_partition(
                 producer, topic, partition, size, items, results, acks, largest
             )
