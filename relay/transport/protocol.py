@@ -63,6 +63,11 @@ class Publisher(Protocol):
         ...
 
 
+# The shards of these leases (shard -> token) the database shows this replica's, live, by
+# those tokens.
+Holding = Callable[[Mapping[int, int]], Awaitable[set[int]]]
+
+
 @runtime_checkable
 class ShardPublisher(Publisher, Protocol):
     """A publisher that sends a cycle's records in a Kafka transaction with each shard's
@@ -78,9 +83,7 @@ class ShardPublisher(Publisher, Protocol):
         (None: free or released)."""
         ...
 
-    async def ready(
-        self, tokens: Mapping[int, int], holding: Callable[[Mapping[int, int]], Awaitable[set[int]]]
-    ) -> dict[int, list[int]]:
+    async def ready(self, tokens: Mapping[int, int], holding: Holding) -> dict[int, list[int]]:
         """Start what the shards need under these leases (holding: which of them the
         database shows this replica's, by these tokens); per shard, the ids to settle
         before claiming."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,14 +39,10 @@ from relay.transport.errors import FailureReason, PublishFailed, TransportUnavai
 from relay.transport.kafka import KafkaPublisher, classify
 from relay.transport.kafka_settings import KafkaSettings
 from relay.transport.progress import Progress, ProgressTopic
-from relay.transport.protocol import ACKED, HELD, Acked, Outcome
+from relay.transport.protocol import ACKED, HELD, Acked, Holding, Outcome
 from relay.transport.records import OutgoingRecord
 
 log = logging.getLogger("relay.transactions")
-
-# The shards of these leases (shard -> token) this replica still holds, live, by those
-# tokens: asked of the database after every init of the replica's producer.
-Holding = Callable[[Mapping[int, int]], Awaitable[set[int]]]
 
 
 class TransactionEvents(Protocol):
