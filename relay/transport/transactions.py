@@ -371,7 +371,6 @@ class ShardTransactions:
         self, rows: list[ClaimedRow], records: list[OutgoingRecord], entries: dict[int, _Shard]
     ) -> list[Outcome]:
         producer = self._publisher.producer
-        progress: list[Progress] = []
 
         def trailer(submitted: list[int]) -> list[OutgoingRecord]:
             # A shard's record lists its rows submitted: all of them acked when it commits
@@ -379,12 +378,12 @@ class ShardTransactions:
             ids: dict[int, set[int]] = {}
             for k in submitted:
                 ids.setdefault(rows[k].shard, set()).add(rows[k].id)
-            for shard, mine in sorted(ids.items()):
-                entry = entries[shard]
-                progress.append(
-                    Progress(shard, entry.token, tuple(sorted(mine | entry.unconfirmed)))
-                )
-            return [p.record(self.progress.topic) for p in progress]
+            return [
+                Progress(
+                    shard, entries[shard].token, tuple(sorted(mine | entries[shard].unconfirmed))
+                ).record(self.progress.topic)
+                for shard, mine in sorted(ids.items())
+            ]
 
         try:
             if self._ahead:
