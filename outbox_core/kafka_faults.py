@@ -23,6 +23,10 @@ class KafkaFault(Enum):
     FENCED = ("fenced", True)
     # The producer instance is unusable (fenced, closed, out of sequence); a new one works.
     PRODUCER_BROKEN = ("producer_broken", True)
+    # A send to a transactional producer whose transaction failed before it (aborted by
+    # an error of another record or of the coordinator, or fenced): the record was never
+    # sent, and goes in the next transaction.
+    NOT_IN_TRANSACTION = ("not_in_transaction", True)
     TOO_LARGE = ("too_large", False)  # the record (or batch) passes a size limit
     INVALID_TOPIC = ("invalid_topic", False)  # a name Kafka refuses
     # Not authorized for the topic: an ACL, until an operator grants it. Not retriable
@@ -63,6 +67,9 @@ _FAULTS: tuple[tuple[tuple[type[BaseException], ...], KafkaFault], ...] = (
         ),
         KafkaFault.PRODUCER_BROKEN,
     ),
+    # aiokafka raises it for a send outside an open transaction, and for a transaction
+    # call on a producer without a transactional id (which no caller here makes).
+    ((kafka_errors.IllegalOperation,), KafkaFault.NOT_IN_TRANSACTION),
     (
         (
             kafka_errors.MessageSizeTooLargeError,

@@ -19,9 +19,10 @@ partitions and unauthorized topics) are aiokafka's client internals.
 
 Transactions. The wait before a transaction's partitions are asked for again, after the
 previous commit's markers were not written yet, is aiokafka's constant
-(`quick_transaction_retries`). A transaction's partitions (`transaction_partitions`) and
+(`quick_transaction_retries`). A transaction's partitions (`transaction_partitions`),
 adding partitions before any record is sent to them (`add_to_transaction`: the
-coordinator's round trip then runs beside the claim) are its transaction manager's.
+coordinator's round trip then runs beside the claim) and the error that left the
+producer unusable (`transaction_failure`) are its transaction manager's.
 
 Everything else (send_batch, the builder's append and close, the transaction calls) is
 aiokafka's public API.
@@ -37,6 +38,7 @@ from enum import Enum
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
 from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.producer.message_accumulator import BatchBuilder
 
@@ -49,6 +51,7 @@ __all__ = [
     "add_to_transaction",
     "quick_transaction_retries",
     "record_batch",
+    "transaction_failure",
     "transaction_partitions",
 ]
 
@@ -222,6 +225,24 @@ def transaction_partitions(producer: AIOKafkaProducer) -> frozenset[TopicPartiti
     if txn is None:
         return frozenset()
     return frozenset(txn._txn_partitions) | frozenset(txn.partitions_to_add())
+
+
+def transaction_failure(producer: AIOKafkaProducer) -> BaseException | None:
+    """What put the producer's transaction manager in its fatal state, or None: the
+    broker fenced it (an AddPartitionsToTxn or EndTxn answered with a newer epoch) and
+    aiokafka's sender stopped on it. Such a producer can no longer send, commit or abort
+    (aiokafka refuses the abort with an AssertionError); only a new one, initialised
+    again, can go on."""
+    txn = producer._txn_manager
+    if txn is None or not txn.is_fatal_error():
+        return None
+    ended: asyncio.Future[None] = txn.wait_for_transaction_end()
+    if ended.done() and not ended.cancelled():
+        error = ended.exception()
+        if error is not None:
+            return error
+    unknown: BaseException = kafka_errors.IllegalStateError("the transaction manager failed")
+    return unknown
 
 
 def add_to_transaction(producer: AIOKafkaProducer, partitions: frozenset[TopicPartition]) -> None:

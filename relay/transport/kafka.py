@@ -61,6 +61,7 @@ Trailer = Callable[[list[int]], Sequence[OutgoingRecord]]
 _REASONS: dict[KafkaFault, FailureReason] = {
     KafkaFault.FENCED: FailureReason.FENCED,
     KafkaFault.PRODUCER_BROKEN: FailureReason.PRODUCER_BROKEN,
+    KafkaFault.NOT_IN_TRANSACTION: FailureReason.TRANSACTION_ABORTED,
     KafkaFault.TOO_LARGE: FailureReason.TOO_LARGE,
     KafkaFault.INVALID_TOPIC: FailureReason.REFUSED,
     # Differs on purpose from consumer_lib.errors (_NEVER_TAKEN: NOT_AUTHORIZED, given

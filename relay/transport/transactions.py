@@ -34,7 +34,11 @@ from aiokafka import TopicPartition
 from outbox_core.kafka_security import KafkaSecurity
 from relay.errors import RelayConfigError
 from relay.store import ClaimedRow
-from relay.transport.aiokafka_adapter import add_to_transaction, transaction_partitions
+from relay.transport.aiokafka_adapter import (
+    add_to_transaction,
+    transaction_failure,
+    transaction_partitions,
+)
 from relay.transport.errors import FailureReason, PublishFailed, TransportUnavailable
 from relay.transport.kafka import KafkaPublisher, classify
 from relay.transport.kafka_settings import KafkaSettings
@@ -252,6 +256,8 @@ class ShardTransactions:
             if self._ahead:
                 self._ahead = False
                 self._partitions = frozenset()
+                if (broken := transaction_failure(producer)) is not None:
+                    raise broken
                 await self._within(producer.abort_transaction())
             elif self._partitions:
                 await producer.begin_transaction()
@@ -259,11 +265,14 @@ class ShardTransactions:
                 self._ahead = True
         except Exception as exc:
             # Nothing was sent in it: the producer starts again before the next claim.
+            error = classify(exc)
             log.warning(
                 "kafka transaction failed (begun ahead, nothing sent in it); the producer "
                 "starts again and reads the progress topic before the next claim",
-                extra={"transactional_id": self.transactional_id, "error": str(classify(exc))},
+                extra={"transactional_id": self.transactional_id, "error": str(error)},
             )
+            if error.reason is FailureReason.FENCED:
+                self._events.fenced()
             await self._stop_producer()
 
     def _initialised(self) -> None:
@@ -390,7 +399,15 @@ class ShardTransactions:
                 self._ahead = False  # this is the transaction begun before the claim
             else:
                 await producer.begin_transaction()
+            if (broken := transaction_failure(producer)) is not None:
+                # Fenced while it was open (the sender stopped on the coordinator's answer
+                # to the partitions begun ahead): nothing can be sent in it.
+                return await self._failed(classify(broken), entries, len(records))
             outcomes = await self._publisher.publish_then(records, trailer)
+            if (broken := transaction_failure(producer)) is not None:
+                # The records' failures are the producer's (sends refused outside an
+                # open transaction), not theirs: none is charged.
+                return await self._failed(classify(broken), entries, len(records))
             stored, outcomes = outcomes[len(records) :], outcomes[: len(records)]
             for outcome in (*outcomes, *stored):
                 if isinstance(outcome, PublishFailed) and outcome.reason is FailureReason.FENCED:
@@ -426,8 +443,11 @@ class ShardTransactions:
             ) from exc
 
     async def _abort(self, entries: dict[int, _Shard], outcomes: list[Outcome]) -> list[Outcome]:
+        producer = self._publisher.producer
         try:
-            await self._within(self._publisher.producer.abort_transaction())
+            if (broken := transaction_failure(producer)) is not None:
+                raise broken  # no abort is possible: its outcomes go as _failed says
+            await self._within(producer.abort_transaction())
         except Exception as exc:
             return await self._failed(classify(exc), entries, len(outcomes), outcomes)
         self.stuck.clear()

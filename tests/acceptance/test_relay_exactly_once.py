@@ -35,7 +35,7 @@ from tests.support.faults import (
     wait_split,
 )
 from tests.support.kafka import unique_topic_name
-from tests.support.relay import Verdict, wait_drained
+from tests.support.relay import Verdict
 from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
@@ -110,7 +110,7 @@ async def chaos(
             names.append(replacement)
             await wait_split(pg, names)  # once the killed one's leases have expired
         log = writers.stop()
-    await wait_drained(pg, 120)
+    await fleet.drained(pg, 120)
     codes = {n: p.terminate(60) for n, p in fleet.procs.items() if p.proc.poll() is None}
     assert all(c == 0 for c in codes.values()), f"exit codes {codes}\n{fleet.logs()}"
     verdict = await judge_log(bootstrap, topic, log)
@@ -207,7 +207,7 @@ async def test_a_broker_pause_and_a_database_restart_leave_no_duplicate_with_tra
             )
         await settling(pg, names, writers)
         log = writers.stop()
-    await wait_drained(pg, 120)
+    await fleet.drained(pg, 120)
     codes = {n: p.terminate(60) for n, p in fleet.procs.items() if p.proc.poll() is None}
     assert all(c == 0 for c in codes.values()), f"exit codes {codes}\n{fleet.logs()}"
     verdict = await judge_log(kafka_bootstrap, topic, log)

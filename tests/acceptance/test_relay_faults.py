@@ -175,7 +175,7 @@ async def test_replicas_rebalance_and_deliver_everything_in_order(
         splits.append((await wait_split(db, ["r1", "r3", "r4"])).split())
         await publishing(db, ["r1", "r3", "r4"], writers)
         log = writers.stop()
-    await wait_drained(db, 60)
+    await fleet.drained(db, 60)
     stop_all(fleet)
 
     verdict = await judge_log(kafka_bootstrap, topic, log)
@@ -261,7 +261,7 @@ async def test_sigkill_at_random_points_loses_nothing(
         await wait_split(db, ["final"])  # once the killed ones' leases have expired
         assert writers.running, "the writers stopped before the kills did"
         log = writers.stop()
-    await wait_drained(db, 120)
+    await fleet.drained(db, 120)
     stop_all(fleet)
 
     verdict = await judge_log(kafka_bootstrap, topic, log)
@@ -357,7 +357,7 @@ async def test_paused_relay_is_fenced_after_takeover(
         await wait_split(db, ["b", "zombie"])  # it rejoins under new tokens
         await publishing(db, ["b", "zombie"], writers)
         log = writers.stop()
-    await wait_drained(db, 60)
+    await fleet.drained(db, 60)
     stop_all(fleet)
 
     verdict = await judge_log(kafka_bootstrap, topic, log)
@@ -513,7 +513,7 @@ async def test_chaos_of_kills_and_zombies_loses_nothing_and_keeps_key_order(
         await wait_split(db, chaos.live, timeout=chaos.ttl * 4 + 30)  # the fleet settles down
         assert writers.running, "the writers stopped before the chaos did"
         log = writers.stop()
-    await wait_drained(db, 120)
+    await fleet.drained(db, 120)
     stop_all(fleet)
 
     verdict = await judge_log(kafka_bootstrap, topic, log)
@@ -681,7 +681,7 @@ async def test_database_restart_loses_nothing(
         # Writers commit again after the restart, and the relay publishes again.
         await publishing(db, ["r"], writers)
         log = writers.stop()
-    await wait_drained(db, 120)
+    await fleet.drained(db, 120)
     assert relay.proc.poll() is None, "the relay must resume by itself, not exit"
     assert any(n in relay.log() for n in noticed), "the restart never reached the relay"
     assert parked_rows(db) == []
@@ -723,7 +723,7 @@ async def test_out_of_order_commits_are_neither_skipped_nor_stalled(
             await asyncio.sleep(0.5)
         log = writers.stop()
     t0 = time.monotonic()
-    await wait_drained(db, 20)
+    await fleet.drained(db, 20)
     drain_s = time.monotonic() - t0
     assert relay.proc.poll() is None
     stop_all(fleet)

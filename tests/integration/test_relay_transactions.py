@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
@@ -23,14 +24,16 @@ from relay.database import make_store
 from relay.errors import StoreUnavailable
 from relay.pipeline.step import Step
 from relay.service import RelayService
-from relay.store import Settled, SettleRequest, Store
+from relay.store import ClaimedRow, Settled, SettleRequest, Store
+from relay.transport.aiokafka_adapter import transaction_failure
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher
 from relay.transport.kafka_settings import KafkaSettings
 from relay.transport.memory import MemoryPublisher
 from relay.transport.progress import Progress, ProgressTopic, ProgressTopicRefused
-from relay.transport.protocol import ACKED
+from relay.transport.protocol import ACKED, HELD
 from relay.transport.records import OutgoingRecord
+from relay.transport.transactions import ShardTransactions
 from tests.conftest import TopicFactory
 from tests.integration.test_relay_delivery import emit_orders
 from tests.support.db import Backend
@@ -279,6 +282,59 @@ async def test_a_takeover_reads_the_progress_topic_past_another_shards_open_tran
         await still_open.stop()
         await committed.stop()
         await topic.stop()
+
+
+async def test_a_fence_met_by_the_transaction_begun_ahead_parks_nothing_and_sends_once(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    """Another producer takes the replica's transactional id between two cycles; the
+    next transaction, begun before the claim, meets the fence when its partitions are
+    added, and aiokafka's sender stops on it. The cycle's records are held, none refused
+    (a refusal would park its row), and the next cycle's new producer sends them once."""
+    topic = await new_topic("orders")
+    settings = KafkaSettings(
+        bootstrap_servers=kafka_bootstrap,
+        transactions=True,
+        transactional_id_prefix=f"test-{uuid.uuid4().hex[:8]}",
+        progress_topic=unique_topic_name("progress"),
+        request_timeout_ms=10_000,
+    )
+
+    async def holding(tokens: Mapping[int, int]) -> set[int]:
+        return set(tokens)
+
+    def claimed(id_: int) -> ClaimedRow:
+        return ClaimedRow(id_, 0, f"e{id_}", topic, "k", "T", b"{}", "{}", 0, 0.0, None)
+
+    def records(rows: list[ClaimedRow]) -> list[OutgoingRecord]:
+        return [OutgoingRecord(topic, b"k", str(r.id).encode(), []) for r in rows]
+
+    shards = ShardTransactions(settings, KafkaSecurity.plaintext(), "r1")
+    usurper = AIOKafkaProducer(
+        bootstrap_servers=kafka_bootstrap, transactional_id=settings.transactional_id("r1")
+    )
+    await shards.start()
+    try:
+        shards.taken(0, 1, None)
+        await shards.ready({0: 1}, holding)
+        first = [claimed(1)]
+        assert await shards.publish_shards(first, records(first), {0: 1}) == [ACKED]
+        await usurper.start()  # the fence
+        await shards.ready({0: 1}, holding)  # begins the next transaction ahead
+        await until(
+            lambda: transaction_failure(shards._publisher.producer) is not None,
+            30,
+            "the producer's sender stopped on the fence",
+        )
+        second = [claimed(2), claimed(3)]
+        outcomes = await shards.publish_shards(second, records(second), {0: 1})
+        assert outcomes == [HELD, HELD]
+        await shards.ready({0: 1}, holding)  # a new producer, fencing the usurper in turn
+        assert await shards.publish_shards(second, records(second), {0: 1}) == [ACKED, ACKED]
+    finally:
+        await usurper.stop()
+        await shards.stop()
+    assert [r.value for r in await read_topic(kafka_bootstrap, topic)] == [b"1", b"2", b"3"]
 
 
 async def test_a_plain_producer_fenced_is_replaced_and_its_shard_kept(

@@ -28,7 +28,7 @@ from outbox_core.queries import parse_blocks
 from producer_lib import Event, Outbox, OutboxError
 from tests.support.db import Backend
 from tests.support.kafka import read_topic
-from tests.support.relay import RelayProcess, Verdict, judge, relay_env
+from tests.support.relay import RelayProcess, Verdict, judge, relay_env, wait_drained
 from tests.support.services import services
 from tests.support.waits import until
 
@@ -156,6 +156,13 @@ class RelayFleet:
 
     def logs(self) -> str:
         return "\n".join(f"=== {n}\n{p.log()[-4000:]}" for n, p in self.procs.items())
+
+    async def drained(self, backend: Backend, timeout: float) -> None:
+        """wait_drained, with the relays' logs in the failure (what held the rows back)."""
+        try:
+            await wait_drained(backend, timeout)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from exc
 
     def kill_all(self) -> None:
         for proc in self.procs.values():

@@ -90,7 +90,12 @@ async def wait_drained(backend: Backend, timeout: float = 60.0, *, parked_ok: bo
         if left == 0:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{left} rows still unpublished after {timeout}s")
+            by_shard = await asyncio.to_thread(backend.fetch, "outbox_unpublished_by_shard")
+            holders = await asyncio.to_thread(backend.fetch, "lease_rows")
+            raise TimeoutError(
+                f"{left} rows still unpublished after {timeout}s; (shard, status, rows, "
+                f"lowest id, most attempts): {by_shard}; leases (shard, owner, token): {holders}"
+            )
         await asyncio.sleep(0.1)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from relay.transport.aiokafka_adapter import (
@@ -21,6 +22,7 @@ from relay.transport.aiokafka_adapter import (
     add_to_transaction,
     quick_transaction_retries,
     record_batch,
+    transaction_failure,
     transaction_partitions,
 )
 
@@ -140,6 +142,28 @@ async def test_partitions_added_ahead_are_the_transactions_and_asked_for_at_once
     assert transaction_partitions(producer) == wanted
     txn.partition_added(TopicPartition("orders", 1))
     assert transaction_partitions(producer) == wanted
+
+
+async def test_a_producer_whose_sender_stopped_on_a_fence_names_the_fence() -> None:
+    """aiokafka's sender stops on ProducerFenced (an AddPartitionsToTxn answered with a
+    newer epoch) and puts the transaction manager in its fatal state, where sends are
+    refused and an abort fails its assertion: the adapter names the fence."""
+    producer = AIOKafkaProducer(bootstrap_servers="localhost:1", transactional_id="t")
+    txn = producer._txn_manager
+    txn.set_pid_and_epoch(1, 0)
+    txn.begin_transaction()
+    assert transaction_failure(producer) is None  # open and well
+    txn.fatal_error(kafka_errors.ProducerFenced())  # what the stopped sender calls
+    assert isinstance(transaction_failure(producer), kafka_errors.ProducerFenced)
+    # A send then is refused with IllegalOperation (after the topic's metadata, so read in
+    # the source here), which outbox_core.kafka_faults calls NOT_IN_TRANSACTION.
+    source = inspect.getsource(AIOKafkaProducer.send_batch)
+    assert "raise IllegalOperation" in source
+    assert "is_in_transaction()" in source
+    with pytest.raises(AssertionError):
+        await producer.abort_transaction()
+    plain = AIOKafkaProducer(bootstrap_servers="localhost:1")
+    assert transaction_failure(plain) is None
 
 
 def test_the_wait_after_concurrent_transactions_is_the_constant_the_relay_sets(

@@ -100,11 +100,21 @@ def test_each_difference_is_explained_at_both_entries(fault: KafkaFault) -> None
         (kafka_errors.NotLeaderForPartitionError(), KafkaFault.RETRIABLE),
         (kafka_errors.CorruptRecordException(), KafkaFault.REFUSED),
         (kafka_errors.ClusterAuthorizationFailedError(), KafkaFault.CLUSTER_DENIED),
+        (kafka_errors.IllegalOperation("not in transaction"), KafkaFault.NOT_IN_TRANSACTION),
     ],
     ids=lambda v: type(v).__name__,
 )
 def test_errors_are_sorted_by_class(error: BaseException, fault: KafkaFault) -> None:
     assert fault_of(error) is fault
+
+
+def test_a_send_refused_outside_a_transaction_is_never_charged_to_its_row() -> None:
+    """aiokafka refuses a send once the producer's transaction failed (another record's
+    error, or a fence): the record was never sent, so its row is held, not parked."""
+    error = classify(kafka_errors.IllegalOperation("Can't send messages while not in transaction"))
+    assert error.reason is FailureReason.TRANSACTION_ABORTED
+    assert error.retriable
+    assert not error.charged
 
 
 @pytest.mark.parametrize("error", [ValueError("a bug"), KeyError("k"), RuntimeError("x")], ids=repr)

@@ -41,12 +41,24 @@ class TxnManager:
         self._txn_partitions: set[TopicPartition] = set()
         self.pending: set[TopicPartition] = set()
         self.open = False
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def partitions_to_add(self) -> set[TopicPartition]:
         return self.pending
 
     def is_in_transaction(self) -> bool:
-        return self.open
+        return self.open and not self.ended.done()
+
+    def is_fatal_error(self) -> bool:
+        return self.ended.done()
+
+    def wait_for_transaction_end(self) -> asyncio.Future[None]:
+        return self.ended
+
+    def fenced(self) -> None:
+        """What aiokafka's sender does when the coordinator answers with a newer epoch:
+        it stops, and the transaction manager goes to its fatal state."""
+        self.ended.set_exception(kafka_errors.ProducerFenced())
 
     def maybe_add_partition_to_txn(self, tp: TopicPartition) -> None:
         self.pending.add(tp)
@@ -70,6 +82,7 @@ class Producer:
 
     async def abort_transaction(self) -> None:
         self.calls.append("abort")
+        assert not self._txn_manager.is_fatal_error(), "aiokafka: invalid state transition"
         self._end()
 
     def _end(self) -> None:
@@ -95,6 +108,8 @@ class Publisher:
     async def start(self) -> None:
         self.starts += 1
         happened.append(f"start {self.transactional_id}")
+        if self.producer._txn_manager.is_fatal_error():  # a new producer, a new epoch
+            self.producer._txn_manager = TxnManager()
 
     async def stop(self) -> None:
         happened.append(f"stop {self.transactional_id}")
@@ -108,7 +123,11 @@ class Publisher:
     async def publish_then(
         self, records: Sequence[OutgoingRecord], trailer: Trailer | None
     ) -> list[Outcome]:
-        """Every record is submitted; those of a refused key fail at their ack."""
+        """Every record is submitted; those of a refused key fail at their ack; all are
+        refused when the transaction is not open (aiokafka's IllegalOperation)."""
+        if not self.producer._txn_manager.is_in_transaction():
+            refused = classify(kafka_errors.IllegalOperation("not in transaction"))
+            return [refused] * (len(records) + 1)
         self.sent += records
         self.producer._txn_manager.pending.update(TopicPartition(r.topic, 0) for r in records)
         outcomes: list[Outcome] = [
@@ -346,6 +365,45 @@ async def test_a_fenced_producer_holds_its_rows_and_lets_go_only_the_shards_take
     assert outcomes[1].reason is FailureReason.FENCED
     assert not outcomes[1].charged
     assert progress_ids(publisher)[-1] == {0: [1]}
+
+
+async def test_a_fence_met_by_the_transaction_begun_ahead_holds_its_rows_and_parks_none(
+    progress_topic: dict[int, Progress],
+) -> None:
+    """The coordinator fences the producer while the transaction begun before the claim
+    is open (a zombie resumed, or a transaction timed out): aiokafka's sender stops, its
+    sends are refused and its abort fails. The cycle's rows are held, none charged, and
+    the next ready() starts a new producer, checks the leases and reads the progress."""
+    events = Events()
+    leases = Leases()
+    shards, publisher = await started(events, {0: 1}, leases)
+    assert await send(shards, [row(1, 0)], {0: 1}) == [ACKED]
+    await shards.ready({0: 1}, leases)  # begun ahead
+    publisher.producer._txn_manager.fenced()
+    assert await send(shards, [row(2, 0), row(3, 0)], {0: 1}) == [HELD, HELD]
+    assert events.fenced_count == 1
+    assert "abort" not in publisher.producer.calls
+    happened.clear()
+    await shards.ready({0: 1}, leases)
+    assert happened == [f"start {ID}", "check [0]", "read [0]"]
+    assert await send(shards, [row(2, 0), row(3, 0)], {0: 1}) == [ACKED, ACKED]
+
+
+async def test_a_fence_met_by_an_idle_transaction_begun_ahead_starts_the_producer_again(
+    progress_topic: dict[int, Progress],
+) -> None:
+    events = Events()
+    leases = Leases()
+    shards, publisher = await started(events, {0: 1}, leases)
+    assert await send(shards, [row(1, 0)], {0: 1}) == [ACKED]
+    await shards.ready({0: 1}, leases)  # begun ahead; its claim finds nothing
+    publisher.producer._txn_manager.fenced()
+    await shards.ready({0: 1}, leases)  # not aborted (it cannot be): stopped instead
+    assert "abort" not in publisher.producer.calls
+    assert events.fenced_count == 1
+    happened.clear()
+    await shards.ready({0: 1}, leases)
+    assert happened == [f"start {ID}", "check [0]", "read [0]"]
 
 
 async def test_a_transaction_that_cannot_end_marks_its_shards_stuck(

@@ -28,6 +28,10 @@ SELECT count(*) FROM outbox_events WHERE published_at IS NULL;
 SELECT coalesce(tenant, ''), count(*) FROM outbox_events
 WHERE published_at IS NULL GROUP BY 1 ORDER BY 1;
 
+-- name: outbox_unpublished_by_shard
+SELECT shard, status, count(*), min(id), max(attempts) FROM outbox_events
+WHERE published_at IS NULL GROUP BY shard, status ORDER BY shard, status;
+
 -- name: outbox_unpublished_pending
 SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND status = 'pending';
 
