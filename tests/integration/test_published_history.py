@@ -27,6 +27,7 @@ from tests.support.stores import (
     row_states,
     settle,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -156,6 +157,34 @@ async def test_a_rotation_waiting_for_a_lock_gives_up_and_settles_go_on(
     assert {r[0] for r in pg.fetch("published_rows")} >= set(ids)
     after = await pg_store.rotate_published(Rotation(0.0, 1, 3, 100))
     assert after.dropped >= 1
+
+
+@pytest.mark.parametrize("retention_s", [3600.0, 0.0], ids=["create", "drop"])
+async def test_two_replicas_rotating_at_once_both_succeed(
+    pg: Backend, pg_store: Store, retention_s: float
+) -> None:
+    """Every active replica runs the purge round: one replica's rotation reads the
+    partitions, then waits for the other's, which makes (or drops) the same ones and
+    commits. The one that waited finds its work done, and fails nothing."""
+    await pg_store.rotate_published(FAST)
+    await until_rows_land_in_a_partition(pg_store, pg)
+    await asyncio.sleep(1.2)  # with retention 0, at least one partition is past it
+    params = {"retention_s": retention_s}
+    with psycopg.connect(pg.target) as first, psycopg.connect(pg.target) as second:
+        made = first.execute(pg.sql("published_rotate_patient"), params).fetchone()
+        assert made is not None
+        assert made[0] + made[1] >= 1  # it created or dropped, and holds the locks
+
+        def rotate_second() -> tuple[int, int, int]:
+            row = second.execute(pg.sql("published_rotate_patient"), params).fetchone()
+            second.commit()
+            assert row is not None
+            return (int(row[0]), int(row[1]), int(row[2]))
+
+        waiting = asyncio.create_task(asyncio.to_thread(rotate_second))
+        await until(lambda: pg.scalar("lock_waiters") >= 1, 20, "the second rotation waiting")
+        first.commit()
+        assert (await waiting)[2] == 0  # nothing skipped, no error
 
 
 async def test_settles_go_on_while_partitions_rotate(pg: Backend, pg_store: Store) -> None:

@@ -68,6 +68,9 @@ BEGIN
                 dropped := dropped + 1;
             EXCEPTION WHEN lock_not_available THEN
                 skipped := skipped + 1;
+            WHEN undefined_table THEN
+                -- Another replica's rotation dropped it while this one waited for it.
+                NULL;
             END;
         ELSE
             top := greatest(top, part.upper_s);
@@ -86,6 +89,10 @@ BEGIN
             -- check_violation: the DEFAULT partition already holds a row of that range.
             skipped := skipped + 1;
             EXIT;
+        WHEN duplicate_table OR unique_violation THEN
+            -- Another replica's rotation made it after this one read the partitions
+            -- (unique_violation: both wrote the catalog at once).
+            NULL;
         END;
         lower_s := upper_s;
     END LOOP;

@@ -214,6 +214,10 @@ SELECT count(*) FROM outbox_published;
 -- covered the time, a day ago).
 UPDATE outbox_published_default SET published_at = published_at - interval '1 day';
 
+-- name: published_rotate_patient
+-- One rotation, as the purge round runs it, that waits up to 20 s for its locks.
+SELECT created, dropped, skipped FROM outbox_published_rotate(%(retention_s)s::float8, 1, 3, 20000);
+
 -- name: published_rotate_drop
 -- As if `outbox-relay migrate` never installed the rotation (an Alembic-made schema).
 DROP FUNCTION outbox_published_rotate(float8, bigint, bigint, integer);
