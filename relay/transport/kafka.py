@@ -44,6 +44,7 @@ from relay.transport.aiokafka_adapter import (
     TopicState,
     quick_transaction_retries,
     record_batch,
+    transaction_failure,
 )
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka_settings import KafkaSettings
@@ -203,6 +204,9 @@ class KafkaPublisher:
         if topics is not None:
             await topics.close()
         if producer is not None:
+            # Read the error a fence left on aiokafka's transaction future: unread, it is
+            # logged as an ERROR when the future is collected, though it was handled.
+            transaction_failure(producer)
             with contextlib.suppress(Exception):
                 await producer.stop()
         await self._limits.close()
@@ -508,6 +512,8 @@ class _Acks:
         self, n: int, refused: Callable[[BaseException], PublishFailed], done: asyncio.Future[Any]
     ) -> None:
         if self._expired:
+            if not done.cancelled():
+                done.exception()  # read, so it is not logged as never retrieved
             return  # the outcome stands
         if done.cancelled():
             self._answers[n] = PublishFailed(FailureReason.PRODUCER_BROKEN, "send cancelled")
