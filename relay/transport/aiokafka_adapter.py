@@ -22,7 +22,8 @@ previous commit's markers were not written yet, is aiokafka's constant
 (`quick_transaction_retries`). A transaction's partitions (`transaction_partitions`),
 adding partitions before any record is sent to them (`add_to_transaction`: the
 coordinator's round trip then runs beside the claim) and the error that left the
-producer unusable (`transaction_failure`) are its transaction manager's.
+producer unusable (`transaction_failure`) are its transaction manager's; the futures a
+stopped sender leaves failed (`read_left_failures`) are its accumulator's.
 
 Everything else (send_batch, the builder's append and close, the transaction calls) is
 aiokafka's public API.
@@ -50,6 +51,7 @@ __all__ = [
     "TopicState",
     "add_to_transaction",
     "quick_transaction_retries",
+    "read_left_failures",
     "record_batch",
     "transaction_failure",
     "transaction_partitions",
@@ -243,6 +245,19 @@ def transaction_failure(producer: AIOKafkaProducer) -> BaseException | None:
             return error
     unknown: BaseException = kafka_errors.IllegalStateError("the transaction manager failed")
     return unknown
+
+
+def read_left_failures(producer: AIOKafkaProducer) -> None:
+    """Read the errors a stopped sender left on futures no caller awaits (its transaction
+    manager's and each batch's drain waiter): unread, each is logged as an ERROR with
+    its traceback when collected, though the relay handled the failure."""
+    transaction_failure(producer)
+    accumulator = producer._message_accumulator
+    batches = [b for queue in accumulator._batches.values() for b in queue]
+    for batch in [*batches, *accumulator._pending_batches]:
+        for waiter in (batch.future, batch._drain_waiter):
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()
 
 
 def add_to_transaction(producer: AIOKafkaProducer, partitions: frozenset[TopicPartition]) -> None:

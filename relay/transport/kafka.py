@@ -43,8 +43,8 @@ from relay.transport.aiokafka_adapter import (
     TopicDirectory,
     TopicState,
     quick_transaction_retries,
+    read_left_failures,
     record_batch,
-    transaction_failure,
 )
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka_settings import KafkaSettings
@@ -204,11 +204,9 @@ class KafkaPublisher:
         if topics is not None:
             await topics.close()
         if producer is not None:
-            # Read the error a fence left on aiokafka's transaction future: unread, it is
-            # logged as an ERROR when the future is collected, though it was handled.
-            transaction_failure(producer)
             with contextlib.suppress(Exception):
                 await producer.stop()
+            read_left_failures(producer)
         await self._limits.close()
 
     async def recreate(self) -> None:

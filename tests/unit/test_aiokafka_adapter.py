@@ -21,6 +21,7 @@ from relay.transport.aiokafka_adapter import (
     TopicState,
     add_to_transaction,
     quick_transaction_retries,
+    read_left_failures,
     record_batch,
     transaction_failure,
     transaction_partitions,
@@ -164,6 +165,28 @@ async def test_a_producer_whose_sender_stopped_on_a_fence_names_the_fence() -> N
         await producer.abort_transaction()
     plain = AIOKafkaProducer(bootstrap_servers="localhost:1")
     assert transaction_failure(plain) is None
+
+
+async def test_the_failures_a_stopped_sender_leaves_are_read() -> None:
+    """A sender stopped by a fence fails every batch it still held, and the transaction;
+    nobody awaits a batch's drain waiter, so unread its error would be logged as never
+    retrieved (asyncio's flag on the future) once collected."""
+    producer = AIOKafkaProducer(bootstrap_servers="localhost:1", transactional_id="t")
+    txn = producer._txn_manager
+    txn.set_pid_and_epoch(1, 0)
+    txn.begin_transaction()
+    accumulator = producer._message_accumulator
+    batch = record_batch(producer, 1024)
+    batch.append(timestamp=None, key=b"k", value=b"v", headers=[])
+    await accumulator.add_batch(batch, TopicPartition("orders", 0), 1.0)
+    (held,) = accumulator._batches[TopicPartition("orders", 0)]
+    fenced = kafka_errors.ProducerFenced()
+    accumulator.fail_all(fenced)  # what the stopped sender's callback does
+    txn.fatal_error(fenced)
+    unread = [held.future, held._drain_waiter, txn.wait_for_transaction_end()]
+    assert all(f._log_traceback for f in unread)
+    read_left_failures(producer)
+    assert not any(f._log_traceback for f in unread)
 
 
 def test_the_wait_after_concurrent_transactions_is_the_constant_the_relay_sets(
