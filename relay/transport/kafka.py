@@ -198,6 +198,14 @@ class KafkaPublisher:
             timeout_s=self._settings.request_timeout_ms / 1000,
         )
 
+    async def look_up(self, topic: str) -> None:
+        """Have the topic's partitions known before its first record, waiting up to the
+        request timeout (a transactional producer's progress topic, after each start: a
+        transaction whose progress record found it unknown would be aborted)."""
+        directory = self._topics
+        if directory is not None and not isinstance(directory.partitions(topic), list):
+            await directory.looked(self._settings.request_timeout_ms / 1000)
+
     async def stop(self) -> None:
         producer, self._producer = self._producer, None
         topics, self._topics = self._topics, None

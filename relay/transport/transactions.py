@@ -143,6 +143,7 @@ class ShardTransactions:
                 "0.11+ with a transaction coordinator, and the TransactionalId ACLs for "
                 f"{self._settings.transactional_id_prefix}-*"
             ) from exc
+        await self._publisher.look_up(self.progress.topic)
         self._initialised()
 
     async def stop(self) -> None:
@@ -292,6 +293,7 @@ class ShardTransactions:
             if error.transport:
                 raise TransportUnavailable(error) from error
             raise
+        await self._publisher.look_up(self.progress.topic)
         self._initialised()
         log.info(
             "transactional producer started", extra={"transactional_id": self.transactional_id}

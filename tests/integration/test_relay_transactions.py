@@ -25,6 +25,7 @@ from relay.errors import StoreUnavailable
 from relay.pipeline.step import Step
 from relay.service import RelayService
 from relay.store import ClaimedRow, Settled, SettleRequest, Store
+from relay.transport import kafka as kafka_transport
 from relay.transport.aiokafka_adapter import transaction_failure
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka import KafkaPublisher
@@ -243,6 +244,30 @@ async def test_the_progress_record_is_told_only_the_records_submitted(
     assert isinstance(outcomes[0], PublishFailed)
     assert outcomes[1:] == [ACKED, ACKED]
     assert [r.value for r in await read_topic(kafka_bootstrap, trail)] == [b"progress"]
+
+
+async def test_a_topic_looked_up_after_start_takes_its_first_record_at_once(
+    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transactional producer looks its progress topic up as it starts, so a new
+    producer's first transaction does not find the topic still unknown (its progress
+    record held, the transaction aborted). Without the look-up, no wait at all for an
+    unknown topic holds its record."""
+    monkeypatch.setattr(kafka_transport, "LOOKUP_WAIT_S", 0.0)
+    known, unknown = await new_topic("known"), await new_topic("unknown")
+    publisher = KafkaPublisher(
+        KafkaSettings(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000),
+        KafkaSecurity.plaintext(),
+    )
+    await publisher.start()
+    try:
+        await publisher.look_up(known)
+        outcomes = await publisher.publish(
+            [OutgoingRecord(known, b"k", b"1", []), OutgoingRecord(unknown, b"k", b"2", [])]
+        )
+    finally:
+        await publisher.stop()
+    assert outcomes == [ACKED, HELD]
 
 
 async def test_a_takeover_reads_the_progress_topic_past_another_shards_open_transaction(

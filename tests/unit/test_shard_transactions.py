@@ -111,6 +111,9 @@ class Publisher:
         if self.producer._txn_manager.is_fatal_error():  # a new producer, a new epoch
             self.producer._txn_manager = TxnManager()
 
+    async def look_up(self, topic: str) -> None:
+        happened.append(f"look up {topic}")
+
     async def stop(self) -> None:
         happened.append(f"stop {self.transactional_id}")
         if self.stop_hangs:
@@ -292,6 +295,7 @@ async def test_a_new_owner_fences_the_previous_one_before_it_reads_what_kafka_ha
     assert await shards.ready({5: 4, 6: 1}, leases) == {5: [10, 11]}
     assert happened == [
         f"start {ID}",
+        f"look up {PROGRESS}",
         "start outbox-relay-replica-r0",
         "stop outbox-relay-replica-r0",
         "check [5, 6]",
@@ -311,7 +315,7 @@ async def test_a_lease_taken_back_under_this_replicas_name_initialises_its_own_p
     happened.clear()
     shards.taken(0, 2, ME)
     await shards.ready({0: 2}, Leases())
-    assert happened == [f"stop {ID}", f"start {ID}", "check [0]", "read [0]"]
+    assert happened == [f"stop {ID}", f"start {ID}", f"look up {PROGRESS}", "check [0]", "read [0]"]
     assert Publisher.made == [producer]
 
 
@@ -385,7 +389,7 @@ async def test_a_fence_met_by_the_transaction_begun_ahead_holds_its_rows_and_par
     assert "abort" not in publisher.producer.calls
     happened.clear()
     await shards.ready({0: 1}, leases)
-    assert happened == [f"start {ID}", "check [0]", "read [0]"]
+    assert happened == [f"start {ID}", f"look up {PROGRESS}", "check [0]", "read [0]"]
     assert await send(shards, [row(2, 0), row(3, 0)], {0: 1}) == [ACKED, ACKED]
 
 
@@ -403,7 +407,7 @@ async def test_a_fence_met_by_an_idle_transaction_begun_ahead_starts_the_produce
     assert events.fenced_count == 1
     happened.clear()
     await shards.ready({0: 1}, leases)
-    assert happened == [f"start {ID}", "check [0]", "read [0]"]
+    assert happened == [f"start {ID}", f"look up {PROGRESS}", "check [0]", "read [0]"]
 
 
 async def test_a_transaction_that_cannot_end_marks_its_shards_stuck(
