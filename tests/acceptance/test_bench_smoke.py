@@ -6,8 +6,8 @@ a relay's memory; relay_fleet runs steady_floor's loop beside a relay; relay_tra
 measures steady_floor's loop plain and transactional, read read_committed; relay_latency
 measures an idle relay and a steady load; record_formats runs Debezium beside the relay's
 debezium format and drains once per format; relay_compare drains and loads the relay on
-MariaDB beside Postgres. Each runs here against the test services, its output checked for
-the rows it exists to print.
+MariaDB beside Postgres, and the floor loop on both. Each runs here against the test
+services, its output checked for the rows it exists to print.
 """
 
 from __future__ import annotations
@@ -282,10 +282,43 @@ def test_the_compare_bench_runs_the_relay_on_mariadb_beside_postgres(
             f"audit {name}: 3,000 records, 3,000 distinct events, 0 lost, 0 duplicates, "
             "0 order violations, 0 unpublished, 0 unreadable"
         ) in output, output
-    assert "MariaDB/Postgres drain: " in output, output
-    assert "MariaDB/Postgres commit-to-Kafka p99 at 200 events/s: " in output, output
+    assert "ours: MariaDB/Postgres drain: " in output, output
+    assert "ours: MariaDB/Postgres commit-to-Kafka p99 at 200 events/s: " in output, output
     (row,) = [line for line in output.splitlines() if line.startswith("| ours on MariaDB ")][1:]
     cells = table_cells(row)  # the latency table's row (the drain table's comes first)
     assert int(cells[3]) > 0, output  # events measured
     assert float(cells[8]) > 0, output  # p99 ms to Kafka
     assert cells[9] == "0", output  # not received
+
+
+@pytest.mark.timeout(300)
+def test_the_compare_bench_runs_the_floor_loop_on_both_databases(
+    postgres_admin: str, kafka_bootstrap: str
+) -> None:
+    """The floor pair drains the same backlog whole and in order on each database and
+    delivers the same load, and its MariaDB/Postgres ratios are judged against the bars."""
+    output = run_bench(
+        [
+            *("-m", "bench", "relay_compare", "--services", "env"),
+            *("--contenders", "floor,floor-mariadb", "--events", "3000", "--partitions", "2"),
+            *("--latency-rates", "200", "--latency-seconds", "3", "--latency-warmup-s", "1"),
+        ],
+        {
+            "DATABASE_URL": postgres_admin,
+            "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "MARIADB_URL": mariadb_admin_url(),
+        },
+        290,
+    )
+    for name in ("floor", "floor-mariadb"):
+        assert (
+            f"audit {name}: 3,000 records, 3,000 distinct events, 0 lost, 0 duplicates, "
+            "0 order violations, 0 unpublished, 0 unreadable"
+        ) in output, output
+    assert "floor: MariaDB/Postgres drain: " in output, output
+    assert "floor: MariaDB/Postgres commit-to-Kafka p99 at 200 events/s: " in output, output
+    for label in ("| floor loop (at least once) ", "| floor loop on MariaDB (at least once) "):
+        (row,) = [line for line in output.splitlines() if line.startswith(label)][1:]
+        cells = table_cells(row)  # the latency table's row (the drain table's comes first)
+        assert int(cells[3]) > 0, output  # events measured
+        assert cells[9] == "0", output  # not received
