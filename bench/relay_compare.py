@@ -22,6 +22,13 @@ exists, and a fresh topic of --partitions partitions. Contenders:
             migrated database there in 1,000-row transactions. Held against ours: the
             drain's events/s (bar: at least 0.5 of ours) and, in the latency phase, the
             commit-to-Kafka p99 at each load (bar: at most 2x ours).
+- floor, floor-mariadb: bench/steady_floor.py's at-least-once loop (--settle: read up to a
+            relay cycle's rows, send them in one produce request, delete them; each
+            statement its own transaction) on the Postgres outbox (asyncpg) and on a MariaDB
+            one (aiomysql, as the relay there; only when named), drained and loaded as ours
+            and ours-mariadb are, in the relay's place: the cheapest program doing the same
+            work. Its MariaDB/Postgres ratios are printed beside the relay's, with the same
+            bars: a bar the floor misses cannot be judged on this machine.
 - naive:    bench/compare/naive_relay.py: one row per transaction, one awaited send per event.
 - debezium: Kafka Connect standalone with Debezium's Postgres connector (pgoutput) and
             its outbox EventRouter, from Maven Central (bench/connect/pom.xml). It reads
@@ -39,10 +46,12 @@ apart. After each drain the whole topic is audited (bench/compare/audit.py): eve
 delivered, lost, duplicated, and per-key order violations, counted exactly. Latency: at each
 offered load a process commits events with producer_lib at a steady rate and a consumer
 takes receive time minus commit time, and the broker's append time minus commit time
-(commit to Kafka), for ours, ours-mariadb and Debezium.
+(commit to Kafka), for ours, ours-mariadb, the floors and Debezium.
 
     .venv/bin/python -m bench relay_compare --services env --contenders ours,ours-mariadb \
         --events 100000 --latency-rates 500 --latency-seconds 60   # MariaDB beside Postgres
+    .venv/bin/python -m bench relay_compare --services env \
+        --contenders ours,ours-mariadb,floor,floor-mariadb ...     # and the floor of both
 """
 
 from __future__ import annotations

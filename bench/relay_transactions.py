@@ -44,20 +44,17 @@ from bench.compare.common import say
 from bench.compare.context import Context
 from bench.compare.drain import Drain
 from bench.compare.latency import LatencyPoint
-from bench.compare.ours import drain_relay, latency_floor, latency_ours
+from bench.compare.ours import RELAY_GATHER_S, drain_relay, latency_floor, latency_ours
 from bench.compare.services import Services
 from bench.formats.drains import unsound
 from bench.shared.cli import add_logdir, add_services, check_services, parser, run_in_logdir
 from bench.shared.procstat import loadavg
 from bench.shared.tables import markdown_table
-from relay.config import field_help
 
 VARIANTS = ("plain", "transactions")
 # Each transactional latency variant beside its plain twin: the relay's, the floor's.
 LATENCY_PAIRS = {"relay": ("plain", "transactions"), "floor": ("floor", "floor-transactions")}
 LATENCY_VARIANTS = tuple(v for pair in LATENCY_PAIRS.values() for v in pair)
-# The relay's default, not its environment's: relay_env launches it without OUTBOX_* settings.
-RELAY_GATHER_S = float(next(d for _, env, _, d in field_help() if env == "OUTBOX_PROBE_GATHER_S"))
 
 
 def variant_env(variant: str, run_id: str, round_no: int) -> dict[str, str]:

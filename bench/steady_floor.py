@@ -3,7 +3,8 @@
 Not a relay: one asyncpg statement a cycle deletes pending rows and returns them
 (bench/sql/steady_floor.sql), one aiokafka produce request per cycle carries them (a
 record batch per partition, acks=all, idempotent, as the relay's producer), then the loop
-sleeps --gather-s. No leases, no settle, no floors, no metrics, no ordering beyond the
+sleeps --gather-s (not after a cycle that took --limit rows: a backlog is drained
+without pauses, as the relay does). No leases, no settle, no floors, no metrics, no ordering beyond the
 batch: whatever the relay does beyond this loop is what its design adds.
 
 That loop loses the rows of a cycle it crashes in. With --settle it loses nothing: it
@@ -15,6 +16,11 @@ plus "-floor", or a random one) and each cycle's sends are one Kafka transaction
 sent, committed before the loop sleeps (the relay's kafka_transactions without its
 progress record and its fencing). bench/relay_transactions.py measures both beside the
 relay's commit-to-visible latency.
+
+On a MariaDB outbox (a mysql:// OUTBOX_DATABASE_URL) the same loop runs on aiomysql, the
+relay's driver there, with the statements of bench/sql/steady_floor_mariadb.sql, each in
+a transaction of its own (autocommit). bench relay_compare's contenders floor and
+floor-mariadb run it beside the relay on both databases.
 
 bench/relay_fleet.py runs it with --floor-gathers beside the relay, in the same run:
 
@@ -30,7 +36,7 @@ import os
 import threading
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
@@ -39,8 +45,9 @@ from aiokafka.producer import sender as aiokafka_sender
 
 from bench.shared.cli import parser
 from bench.shared.database import load_sql
+from outbox_core.database_url import DatabaseUrl, MariadbTarget
+from outbox_core.queries import query
 
-Q = load_sql("steady_floor.sql")
 PARTITIONER = DefaultPartitioner()
 
 
@@ -162,8 +169,76 @@ class LibrdkafkaSender:
             raise RuntimeError(f"{len(failed)} records not delivered: {failed[0]}")
 
 
+class OutboxConnection(Protocol):
+    """The outbox's two statements on one connection, whichever the database."""
+
+    async def fetch(self, block: str, limit: int) -> Sequence[Sequence[Any]]: ...
+
+    async def settle(self, ids: list[int]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class PostgresOutbox:
+    """asyncpg, bench/sql/steady_floor.sql."""
+
+    statements = load_sql("steady_floor.sql")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def fetch(self, block: str, limit: int) -> Sequence[Sequence[Any]]:
+        rows: Sequence[Sequence[Any]] = await self.conn.fetch(self.statements[block], limit)
+        return rows
+
+    async def settle(self, ids: list[int]) -> None:
+        await self.conn.execute(self.statements["floor_settle"], ids)
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+class MariadbOutbox:
+    """aiomysql in autocommit, each statement its own transaction, the session set up as the
+    relay's (UTC, READ COMMITTED), bench/sql/steady_floor_mariadb.sql."""
+
+    statements = load_sql("steady_floor_mariadb.sql")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def fetch(self, block: str, limit: int) -> Sequence[Sequence[Any]]:
+        async with self.conn.cursor() as cur:
+            await cur.execute(self.statements[block], (limit,))
+            rows: Sequence[Sequence[Any]] = await cur.fetchall()
+        return rows
+
+    async def settle(self, ids: list[int]) -> None:
+        async with self.conn.cursor() as cur:
+            await cur.execute(self.statements["floor_settle"], (ids,))
+
+    async def close(self) -> None:
+        self.conn.close()
+
+
+async def open_outbox(url: str) -> OutboxConnection:
+    target = DatabaseUrl.parse(url)
+    if target.dialect == "mariadb":
+        import aiomysql
+
+        login = MariadbTarget.parse(target.url)
+        conn = await aiomysql.connect(
+            **login.login(),
+            db=login.database,
+            autocommit=True,
+            init_command=query("mariadb", "session_init"),
+        )
+        return MariadbOutbox(conn)
+    return PostgresOutbox(await asyncpg.connect(url))
+
+
 async def cycle(
-    conn: Any,
+    db: OutboxConnection,
     sender: AiokafkaSender | LibrdkafkaSender,
     prefix: str,
     limit: int,
@@ -171,17 +246,17 @@ async def cycle(
 ) -> int:
     """settle (--settle): read, send, then delete what Kafka acked (two statements a
     cycle); otherwise delete, then send."""
-    rows = await conn.fetch(Q["floor_read" if settle else "floor_take"], limit)
+    rows = await db.fetch("floor_read" if settle else "floor_take", limit)
     if rows:
         # Both statements end with topic, key, payload; floor_read starts with the id.
         await sender.send([(prefix + row[-3], row[-2].encode(), bytes(row[-1])) for row in rows])
         if settle:
-            await conn.execute(Q["floor_settle"], [row[0] for row in rows])
+            await db.settle([row[0] for row in rows])
     return len(rows)
 
 
 async def run(args: argparse.Namespace) -> int:
-    conn = await asyncpg.connect(os.environ["OUTBOX_DATABASE_URL"])
+    db = await open_outbox(os.environ["OUTBOX_DATABASE_URL"])
     bootstrap = os.environ["OUTBOX_KAFKA_BOOTSTRAP_SERVERS"]
     max_request_size = int(os.environ.get("OUTBOX_KAFKA_MAX_REQUEST_SIZE", "1048576"))
     sender: AiokafkaSender | LibrdkafkaSender
@@ -196,14 +271,15 @@ async def run(args: argparse.Namespace) -> int:
     cycles = rows = 0
     try:
         while True:
-            got = await cycle(conn, sender, prefix, args.limit, args.settle)
+            got = await cycle(db, sender, prefix, args.limit, args.settle)
             cycles, rows = cycles + 1, rows + got
             if cycles % 1000 == 0:
                 print(f"{cycles} cycles, {rows} rows", flush=True)
-            await asyncio.sleep(args.gather_s)
+            if got < args.limit:
+                await asyncio.sleep(args.gather_s)
     finally:
         await sender.stop()
-        await conn.close()
+        await db.close()
 
 
 def transactional_id() -> str:

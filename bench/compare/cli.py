@@ -21,6 +21,7 @@ from bench.compare.common import (
     BENCH_KAFKA_PORT,
     BENCH_PG_PORT,
     CONTENDERS,
+    FLOORS,
     FULL_RUN,
     LABELS,
     LOAD_CHUNK,
@@ -33,14 +34,20 @@ from bench.compare.debezium import connect_libs, drain_debezium, latency_debeziu
 from bench.compare.drain import Drain, median_drain
 from bench.compare.latency import LatencyPoint
 from bench.compare.naive import drain_naive
-from bench.compare.ours import drain_relay, latency_ours
+from bench.compare.ours import (
+    RELAY_GATHER_S,
+    drain_floor,
+    drain_relay,
+    latency_floor,
+    latency_ours,
+)
 from bench.compare.report import render, write_docs
 from bench.compare.services import server_settings, start_services
 from bench.compare.targets import mariadb_ratios
 from bench.shared.procstat import loadavg
 
 # The contenders with an offered-load latency phase.
-LATENCY_CONTENDERS = ("ours", "ours-mariadb", "debezium")
+LATENCY_CONTENDERS = ("ours", "ours-mariadb", *FLOORS, "debezium")
 
 
 def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespace:
@@ -78,7 +85,8 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     p.add_argument(
         "--latency-contenders",
         default=None,
-        help="comma list of ours, ours-mariadb, debezium (default: those of them in --contenders)",
+        help=f"comma list of {', '.join(LATENCY_CONTENDERS)} (default: those of them in "
+        "--contenders)",
     )
     p.add_argument("--latency-seconds", type=float, default=20.0)
     p.add_argument("--latency-warmup-s", type=float, default=2.0)
@@ -171,8 +179,10 @@ async def run(args: argparse.Namespace) -> int:
                 say(
                     f"drain {name} (round {round_no + 1}/{args.rounds}): loading {backlog.events:,} events"
                 )
-                if name in ("ours", "ours-delete", "ours2", *MARIADB_TWINS):
+                if name in ("ours", "ours-delete", "ours2", "ours-mariadb"):
                     d = await drain_relay(ctx, name, round_no)
+                elif name in FLOORS:
+                    d = await drain_floor(ctx, name, round_no)
                 elif name == "naive":
                     d = await drain_naive(ctx, round_no)
                 elif name in ("ceiling", "ceiling-keep"):
@@ -197,9 +207,12 @@ async def run(args: argparse.Namespace) -> int:
                         f"{a.unreadable:,} unreadable"
                     )
         if args.latency:
-            for name in ("ours", *MARIADB_TWINS):
+            for name in ("ours", "ours-mariadb"):
                 if name in args.latency_contenders:
                     points += await latency_ours(ctx, name)
+            for name in FLOORS:
+                if name in args.latency_contenders:
+                    points += await latency_floor(ctx, name, RELAY_GATHER_S, False, settle=True)
             if "debezium" in args.latency_contenders:
                 assert libs is not None
                 points += await latency_debezium(ctx, libs)

@@ -32,6 +32,8 @@ CONTENDERS = (
     "ours-delete",
     "ours2",
     "ours-mariadb",
+    "floor",
+    "floor-mariadb",
     "naive",
     "debezium",
 )
@@ -43,6 +45,8 @@ LABELS = {
     "ours-delete": "ours, retention=delete",
     "ours2": "ours, 2 replicas",
     "ours-mariadb": "ours on MariaDB (defaults)",
+    "floor": "floor loop (at least once)",
+    "floor-mariadb": "floor loop on MariaDB (at least once)",
     "naive": "naive relay",
     "debezium": f"Debezium {DEBEZIUM_VERSION.removesuffix('.Final')}",
     "ceiling": "database ceiling, delete",
@@ -54,7 +58,9 @@ RELAY_MODES = {"ours": "keep", "ours-delete": "delete", "ours2": "keep"}
 DB_CEILING = {"keep": "ceiling-keep", "delete": "ceiling"}
 # Contenders whose outbox is on MariaDB (--mariadb-url), held against their Postgres twin:
 # the template's rows loaded into a MariaDB database, the same relay, the same topic setup.
-MARIADB_TWINS = {"ours-mariadb": "ours"}
+MARIADB_TWINS = {"ours-mariadb": "ours", "floor-mariadb": "floor"}
+# bench/steady_floor.py's at-least-once loop in the relay's place, on either database.
+FLOORS = ("floor", "floor-mariadb")
 TARGETS = {
     "vs_pipeline": 0.8,  # of 1 / (1/db + 1/kafka), each retention mode
     "drain_delete": 25_000.0,  # events/s with retention=delete

@@ -2,7 +2,13 @@
 every setting at its default, one process or two (replicas) on the same database, one
 process with retention=delete, or one process on a MariaDB outbox; and the offered-load
 latency of "ours" and "ours-mariadb", and of bench/steady_floor.py's loop launched the same
-way (bench/relay_transactions.py's floor)."""
+way (bench/relay_transactions.py's floor).
+
+Contenders "floor" and "floor-mariadb": bench/steady_floor.py's at-least-once loop
+(--settle: read a batch, send it in one produce request, delete what Kafka acked) on the
+Postgres and the MariaDB outbox, drained and loaded as the relay is, in its place: the
+cheapest program doing the relay's work, so the relay's MariaDB/Postgres ratios can be
+held against the floor's."""
 
 from __future__ import annotations
 
@@ -13,9 +19,30 @@ from bench.compare.context import LATENCY_SUFFIX, Context
 from bench.compare.drain import Drain, drain_processes
 from bench.compare.latency import LatencyPoint, offered_loads, warm_rows
 from bench.shared.processes import Proc, launch, relay_env
+from outbox_core.migrate import DEFAULT_SHARD_COUNT
+from relay.config import field_help
 
 RELAY = [PYTHON, "-m", "relay.cli", "run"]
 FLOOR = [PYTHON, "-m", "bench", "steady_floor"]
+
+
+def relay_default(env: str) -> str:
+    """A relay setting's default, not its environment's: relay_env launches the relay
+    without OUTBOX_* settings."""
+    return next(default for _, name, _, default in field_help() if name == env)
+
+
+# At a steady load a relay cycle finds fewer than probe_gather_rows rows, so the relay
+# starts a cycle every probe_gather_s (relay/pipeline/loop.py); the floor sleeps as long.
+RELAY_GATHER_S = float(relay_default("OUTBOX_PROBE_GATHER_S"))
+# What a relay cycle claims at most: batch_size rows of every shard (the schema's count).
+RELAY_CYCLE_ROWS = int(relay_default("OUTBOX_BATCH_SIZE")) * DEFAULT_SHARD_COUNT
+# The relay's own floor of both databases, at least once (bench/steady_floor.py --settle).
+FLOOR_SETTLE = [*FLOOR, "--settle", "--limit", str(RELAY_CYCLE_ROWS)]
+
+
+def transactional(settings: Mapping[str, str] | None) -> bool:
+    return (settings or {}).get("OUTBOX_KAFKA_TRANSACTIONS") == "true"
 
 
 async def drain_relay(
@@ -23,6 +50,25 @@ async def drain_relay(
 ) -> Drain:
     """settings: relay environment variables beyond the defaults (bench/record_formats.py:
     the record format)."""
+    return await drain_of(ctx, contender, round_no, RELAY, settings, transactional(settings))
+
+
+async def drain_floor(ctx: Context, contender: str, round_no: int) -> Drain:
+    """floor or floor-mariadb: the at-least-once floor loop, a cycle as large as the
+    relay's, in the relay's place."""
+    cmd = [*FLOOR_SETTLE, "--gather-s", str(RELAY_GATHER_S)]
+    return await drain_of(ctx, contender, round_no, cmd, None, False)
+
+
+async def drain_of(
+    ctx: Context,
+    contender: str,
+    round_no: int,
+    cmd: list[str],
+    settings: Mapping[str, str] | None,
+    transactional: bool,
+) -> Drain:
+    """cmd drains a fresh, loaded outbox with the relay's environment (and settings)."""
     url, prefix, topic = await ctx.fresh(contender, f"_r{round_no}")
     load_s = ctx.load(url, ctx.backlog.events)
     env = {**relay_env(url, ctx.services.bootstrap, prefix), **(settings or {})}
@@ -32,10 +78,9 @@ async def drain_relay(
 
     def start() -> list[Proc]:
         return [
-            launch(f"{contender}-r{round_no}-{i}", RELAY, env, ctx.logdir) for i in range(replicas)
+            launch(f"{contender}-r{round_no}-{i}", cmd, env, ctx.logdir) for i in range(replicas)
         ]
 
-    transactional = (settings or {}).get("OUTBOX_KAFKA_TRANSACTIONS") == "true"
     result = await drain_processes(
         ctx,
         contender,
@@ -57,8 +102,7 @@ async def latency_ours(
     """contender: ours (Postgres) or ours-mariadb; settings: as drain_relay's
     (bench/relay_transactions.py: Kafka transactions, the events then received
     read_committed)."""
-    transactional = (settings or {}).get("OUTBOX_KAFKA_TRANSACTIONS") == "true"
-    return await latency_of(ctx, contender, RELAY, settings, transactional)
+    return await latency_of(ctx, contender, RELAY, settings, transactional(settings))
 
 
 async def latency_floor(
@@ -67,10 +111,16 @@ async def latency_floor(
     gather_s: float,
     transactional: bool,
     settings: Mapping[str, str] | None = None,
+    settle: bool = False,
 ) -> list[LatencyPoint]:
     """bench/steady_floor.py's loop sleeping gather_s, its sends one Kafka transaction a
-    cycle when transactional (then received read_committed), in the relay's place."""
-    cmd = [*FLOOR, "--gather-s", str(gather_s), *(["--transactions"] if transactional else [])]
+    cycle when transactional (then received read_committed), at least once when settle
+    (FLOOR_SETTLE), in the relay's place."""
+    cmd = [
+        *(FLOOR_SETTLE if settle else FLOOR),
+        *("--gather-s", str(gather_s)),
+        *(["--transactions"] if transactional else []),
+    ]
     return await latency_of(ctx, contender, cmd, settings, transactional)
 
 

@@ -60,7 +60,9 @@ def verdict(ok: bool) -> str:
 
 def mariadb_ratios(drains: dict[str, list[Drain]], points: list[LatencyPoint]) -> list[str]:
     """Each MariaDB contender against its Postgres twin in this run: the drain's events/s
-    and, at each offered load both ran, the commit-to-Kafka p99, with the bars."""
+    and, at each offered load both ran, the commit-to-Kafka p99, with the bars. Each line
+    starts with the twin's name (ours, floor): the floor pair's lines say whether the
+    cheapest loop doing the work meets the bars on this machine at all."""
     med = medians(drains)
     out: list[str] = []
     for maria, twin in MARIADB_TWINS.items():
@@ -71,7 +73,7 @@ def mariadb_ratios(drains: dict[str, list[Drain]], points: list[LatencyPoint]) -
             judged = f"{m / p:.2f}" if m > 0 and p > 0 else "n/a"
             met = verdict(m / p >= bar) if judged != "n/a" else "not measured"
             out.append(
-                f"MariaDB/Postgres drain: {judged} ({LABELS[maria]} {m:,.0f} events/s, "
+                f"{twin}: MariaDB/Postgres drain: {judged} ({LABELS[maria]} {m:,.0f} events/s, "
                 f"{LABELS[twin]} {p:,.0f} events/s; at least {bar:.1f}: {met})"
             )
         theirs = {pt.offered: pt for pt in points if pt.contender == twin}
@@ -81,7 +83,7 @@ def mariadb_ratios(drains: dict[str, list[Drain]], points: list[LatencyPoint]) -
                 continue
             ratio, bar = pt.p99_kafka_ms / other.p99_kafka_ms, TARGETS["mariadb_p99"]
             out.append(
-                f"MariaDB/Postgres commit-to-Kafka p99 at {pt.offered:,.0f} events/s: "
+                f"{twin}: MariaDB/Postgres commit-to-Kafka p99 at {pt.offered:,.0f} events/s: "
                 f"{ratio:.2f} ({LABELS[maria]} {pt.p99_kafka_ms:.1f} ms, {LABELS[twin]} "
                 f"{other.p99_kafka_ms:.1f} ms; at most {bar:.1f}: {verdict(ratio <= bar)})"
             )

@@ -6,8 +6,8 @@ a relay's memory; relay_fleet runs steady_floor's loop beside a relay; relay_tra
 measures steady_floor's loop plain and transactional, read read_committed; relay_latency
 measures an idle relay and a steady load; record_formats runs Debezium beside the relay's
 debezium format and drains once per format; relay_compare drains and loads the relay on
-MariaDB beside Postgres. Each runs here against the test services, its output checked for
-the rows it exists to print.
+MariaDB beside Postgres, and the floor loop on both. Each runs here against the test
+services, its output checked for the rows it exists to print.
 """
 
 from __future__ import annotations
@@ -259,15 +259,23 @@ def test_the_record_formats_bench_finds_the_relay_s_debezium_records_equal_to_de
 
 
 @pytest.mark.timeout(300)
-def test_the_compare_bench_runs_the_relay_on_mariadb_beside_postgres(
-    postgres_admin: str, kafka_bootstrap: str
+@pytest.mark.parametrize(
+    ("pair", "mariadb_label"),
+    [
+        (("ours", "ours-mariadb"), "| ours on MariaDB "),
+        (("floor", "floor-mariadb"), "| floor loop on MariaDB "),
+    ],
+)
+def test_the_compare_bench_runs_the_relay_and_its_floor_on_mariadb_beside_postgres(
+    postgres_admin: str, kafka_bootstrap: str, pair: tuple[str, str], mariadb_label: str
 ) -> None:
-    """The same backlog drained and the same load offered on each database, in one run: both
-    drains whole and in order, both loads delivered, the ratios printed."""
+    """The same backlog drained and the same load offered on each database, in one run, by
+    the relay or by the floor loop: both drains whole and in order, both loads delivered,
+    the ratios printed."""
     output = run_bench(
         [
             *("-m", "bench", "relay_compare", "--services", "env"),
-            *("--contenders", "ours,ours-mariadb", "--events", "3000", "--partitions", "2"),
+            *("--contenders", ",".join(pair), "--events", "3000", "--partitions", "2"),
             *("--latency-rates", "200", "--latency-seconds", "3", "--latency-warmup-s", "1"),
         ],
         {
@@ -277,14 +285,14 @@ def test_the_compare_bench_runs_the_relay_on_mariadb_beside_postgres(
         },
         290,
     )
-    for name in ("ours", "ours-mariadb"):
+    for name in pair:
         assert (
             f"audit {name}: 3,000 records, 3,000 distinct events, 0 lost, 0 duplicates, "
             "0 order violations, 0 unpublished, 0 unreadable"
         ) in output, output
-    assert "MariaDB/Postgres drain: " in output, output
-    assert "MariaDB/Postgres commit-to-Kafka p99 at 200 events/s: " in output, output
-    (row,) = [line for line in output.splitlines() if line.startswith("| ours on MariaDB ")][1:]
+    assert f"{pair[0]}: MariaDB/Postgres drain: " in output, output
+    assert f"{pair[0]}: MariaDB/Postgres commit-to-Kafka p99 at 200 events/s: " in output, output
+    (row,) = [line for line in output.splitlines() if line.startswith(mariadb_label)][1:]
     cells = table_cells(row)  # the latency table's row (the drain table's comes first)
     assert int(cells[3]) > 0, output  # events measured
     assert float(cells[8]) > 0, output  # p99 ms to Kafka
