@@ -143,8 +143,7 @@ class ShardTransactions:
                 "0.11+ with a transaction coordinator, and the TransactionalId ACLs for "
                 f"{self._settings.transactional_id_prefix}-*"
             ) from exc
-        await self._publisher.look_up(self.progress.topic)
-        self._initialised()
+        await self._initialised()
 
     async def stop(self) -> None:
         async with self._lock:
@@ -276,9 +275,11 @@ class ShardTransactions:
                 self._events.fenced()
             await self._stop_producer()
 
-    def _initialised(self) -> None:
+    async def _initialised(self) -> None:
         """A new epoch: every lease is checked again, and every shard's progress read
-        again, before the next transaction."""
+        again, before the next transaction; the progress topic is looked up (the new
+        producer's first progress record must not find it unknown)."""
+        await self._publisher.look_up(self.progress.topic)
         self._started = True
         self._verified = False
         self._ahead = False
@@ -293,8 +294,7 @@ class ShardTransactions:
             if error.transport:
                 raise TransportUnavailable(error) from error
             raise
-        await self._publisher.look_up(self.progress.topic)
-        self._initialised()
+        await self._initialised()
         log.info(
             "transactional producer started", extra={"transactional_id": self.transactional_id}
         )
@@ -401,14 +401,12 @@ class ShardTransactions:
                 self._ahead = False  # this is the transaction begun before the claim
             else:
                 await producer.begin_transaction()
-            if (broken := transaction_failure(producer)) is not None:
-                # Fenced while it was open (the sender stopped on the coordinator's answer
-                # to the partitions begun ahead): nothing can be sent in it.
-                return await self._failed(classify(broken), entries, len(records))
             outcomes = await self._publisher.publish_then(records, trailer)
             if (broken := transaction_failure(producer)) is not None:
-                # The records' failures are the producer's (sends refused outside an
-                # open transaction), not theirs: none is charged.
+                # Fenced while it was open (the sender stopped on the coordinator's answer
+                # to its partitions, those begun ahead too): the records' failures are the
+                # producer's (sends refused outside an open transaction), none is charged,
+                # and it can neither commit nor abort.
                 return await self._failed(classify(broken), entries, len(records))
             stored, outcomes = outcomes[len(records) :], outcomes[: len(records)]
             for outcome in (*outcomes, *stored):
@@ -445,11 +443,8 @@ class ShardTransactions:
             ) from exc
 
     async def _abort(self, entries: dict[int, _Shard], outcomes: list[Outcome]) -> list[Outcome]:
-        producer = self._publisher.producer
         try:
-            if (broken := transaction_failure(producer)) is not None:
-                raise broken  # no abort is possible: its outcomes go as _failed says
-            await self._within(producer.abort_transaction())
+            await self._within(self._publisher.producer.abort_transaction())
         except Exception as exc:
             return await self._failed(classify(exc), entries, len(outcomes), outcomes)
         self.stuck.clear()

@@ -55,7 +55,6 @@ from tests.support.relay import (
     judge,
     judge_topic,
     relay_env,
-    wait_drained,
 )
 from tests.support.services import managed_services
 from tests.support.transactions import sync_tx
@@ -574,7 +573,7 @@ async def test_a_replica_whose_producer_cannot_start_again_hands_its_shards_over
         await wait_split(pg, ["r1"], timeout=30)  # well within the 60 s the leases had
         await writers.wait_committed(writers.committed + 100)  # r1 alone, under load
         log = writers.stop()
-    await wait_drained(pg, 60)
+    await fleet.drained(pg, 60)
     stop_all(fleet)
 
     verdict = await judge_log(kafka_bootstrap, topic, log)
@@ -634,7 +633,7 @@ async def test_broker_outage_loses_nothing_and_parks_nothing(
         outage_s = time.monotonic() - t0
         await publishing(pg, ["r"], writers)  # the relay resumes while writers go on
         log = writers.stop()
-    await wait_drained(pg, 120)
+    await fleet.drained(pg, 120)
     assert relay.proc.poll() is None, "the relay must resume by itself, not exit"
     assert "batch failed; retrying" in relay.log(), "the outage never reached the relay"
     assert parked_rows(pg) == []
@@ -1015,7 +1014,7 @@ async def test_sqlite_refuses_a_second_relay_while_the_first_delivers(
     assert first.proc.poll() is None
 
     await asyncio.to_thread(write, 300)
-    await wait_drained(backend, 60)
+    await fleet.drained(backend, 60)
     assert fetch(backend, "replica_owners") == [("first",)]
     owners = {row[1] for row in backend.fetch("lease_rows")}
     assert owners == {"first"}, owners
@@ -1095,7 +1094,7 @@ async def test_sigkill_of_the_active_replica_hands_over_to_a_standby(
             assert fleet.procs[active].kill() == -signal.SIGKILL
             await start()  # the fleet keeps its size: a new standby
         log = writers.stop()
-    await wait_drained(pg, 120)
+    await fleet.drained(pg, 120)
     stop_all(fleet)
 
     verdict = await judge_log(kafka_bootstrap, topic, log)
