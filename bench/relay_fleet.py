@@ -66,6 +66,8 @@ class FleetRun:
 
 
 COUNTERS = ("probes", "claims", "settles", "heartbeats")
+# The latency bar the relay and the floor are compared at (commit to Kafka, p99).
+MAX_P99_MS = 25.0
 
 
 def _cpu(procs: list[Proc]) -> float:
@@ -111,10 +113,11 @@ async def one_fleet(
     floor_gather: float | None = None,
     floor_client: str = "aiokafka",
     floor_kind: str = "take",
+    gather: float | None = None,
 ) -> FleetRun:
-    """size relays, or with floor_gather bench/steady_floor.py's loop sleeping that long
-    on floor_client (floor_kind settle: its at-least-once loop), on a private database and
-    topic."""
+    """size relays (gather: their probe_gather_s), or with floor_gather
+    bench/steady_floor.py's loop sleeping that long on floor_client (floor_kind settle: its
+    at-least-once loop), on a private database and topic."""
     prefix = f"bench-fleet-{uuid.uuid4().hex[:8]}."
     async with contextlib.AsyncExitStack() as stack:
         url, dbname = stack.enter_context(private_database(args.database_url, "bench_fleet"))
@@ -135,6 +138,9 @@ async def one_fleet(
         env.update(item.split("=", 1) for item in args.env)
         if floor_gather is None:
             label = str(size)
+            if gather is not None:
+                env["OUTBOX_PROBE_GATHER_S"] = str(gather)
+                label += f" gather {gather:g} s"
             launched = launch_relays(env, size, f"relay-{size}", logdir)
             procs += launched.values()
             ports = list(launched)
@@ -213,7 +219,11 @@ async def one_fleet(
 async def run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir or f"/tmp/relay-fleet-{uuid.uuid4().hex[:8]}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
-    runs = [await one_fleet(args, size, logdir) for size in args.fleets]
+    runs = [
+        await one_fleet(args, size, logdir, gather=gather)
+        for size in args.fleets
+        for gather in args.gathers or [None]
+    ]
     for kind in args.floor_kinds:
         for client in args.floor_clients:
             for gather in args.floor_gathers:
@@ -236,7 +246,36 @@ async def run(args: argparse.Namespace) -> int:
             f"{r.steady_cpu * 100:.1f}% | {r.steady_cpu / first.steady_cpu:.2f} | "
             f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.missing} | {r.load_avg:.2f} |"
         )
+    floors = [r for r in runs if r.label.startswith("floor")]
+    if floors:
+        print()
+        print(at_equal_latency(runs, floors))
     return 0
+
+
+def at_equal_latency(runs: Sequence[FleetRun], floors: Sequence[FleetRun]) -> str:
+    """Each relay run against the floor run of this run whose p99 is the nearest at or
+    above the relay's, both within MAX_P99_MS: the relay's CPU over the floor's at no
+    higher a latency."""
+    lines = [
+        f"Each relay against the floor with the nearest p99 at or above its own "
+        f"(both at most {MAX_P99_MS:g} ms):",
+        "| relays | p99 ms | CPU | floor | floor p99 ms | floor CPU | relay / floor |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for r in runs:
+        if r in floors:
+            continue
+        fits = [f for f in floors if r.p99_ms <= f.p99_ms <= MAX_P99_MS]
+        if r.p99_ms > MAX_P99_MS or not fits:
+            lines.append(f"| {r.label} | {r.p99_ms:.1f} | {r.steady_cpu * 100:.1f}% | none | | | |")
+            continue
+        f = min(fits, key=lambda f: f.p99_ms)
+        lines.append(
+            f"| {r.label} | {r.p99_ms:.1f} | {r.steady_cpu * 100:.1f}% | {f.label} | "
+            f"{f.p99_ms:.1f} | {f.steady_cpu * 100:.1f}% | {r.steady_cpu / f.steady_cpu:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -244,6 +283,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_services(p)
     add_load(p, rate=1500.0, seconds=60.0, warmup_s=2.0, writers=8)
     p.add_argument("--fleets", type=numbers(int), default=[1, 12])
+    p.add_argument(
+        "--gathers",
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        default=[],
+        help="run each fleet once with each of these probe_gather_s (default: the relay's "
+        "own setting, once)",
+    )
     p.add_argument(
         "--floor-gathers",
         type=lambda s: [float(x) for x in s.split(",") if x],
@@ -278,6 +324,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     check_services(p, args)
     if any(g < 0 for g in args.floor_gathers):
         p.error("--floor-gathers takes sleeps of 0 s or more")
+    if any(not 0 <= g <= 1 for g in args.gathers):
+        p.error("--gathers takes probe_gather_s values from 0 to 1 s")
     if not args.floor_clients or set(args.floor_clients) - {"aiokafka", "librdkafka"}:
         p.error("--floor-clients takes a comma list of aiokafka and librdkafka")
     if not args.floor_kinds or set(args.floor_kinds) - {"take", "settle"}:

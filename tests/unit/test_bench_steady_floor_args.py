@@ -82,6 +82,44 @@ def test_the_fleet_bench_refuses_a_floor_sleep_it_cannot_run(
     assert "--floor-gathers" in capsys.readouterr().err
 
 
+def test_the_fleet_bench_runs_the_relay_at_its_own_pace_unless_given_paces() -> None:
+    assert relay_fleet.parse_args([]).gathers == []
+    assert relay_fleet.parse_args(["--gathers", "0,0.015"]).gathers == [0.0, 0.015]
+
+
+@pytest.mark.parametrize("hostile", ["-0.01", "0.01,1.5", "nan", "slow", "0.01;0.02"])
+def test_the_fleet_bench_refuses_a_pace_the_relay_would_refuse(
+    hostile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        relay_fleet.parse_args(["--gathers", hostile])
+    assert exit_.value.code == 2
+    assert "--gathers" in capsys.readouterr().err
+
+
+def fleet_run(label: str, cpu: float, p99_ms: float) -> relay_fleet.FleetRun:
+    return relay_fleet.FleetRun(label, 30.0, 0.02, 1600.0, cpu, p99_ms / 2, p99_ms, 0, 1.0)
+
+
+def test_each_relay_run_is_set_against_the_floor_of_the_nearest_p99_at_or_above_its_own() -> None:
+    relays = [
+        fleet_run("1 gather 0.01 s", 0.166, 11.8),
+        fleet_run("1 gather 0.02 s", 0.128, 22.0),
+        fleet_run("1 gather 0.03 s", 0.110, 30.0),  # above the bar: no pairing
+    ]
+    floors = [
+        fleet_run("floor 0.01 s", 0.087, 15.0),
+        fleet_run("floor 0.013 s", 0.069, 19.8),
+        fleet_run("floor 0.02 s", 0.050, 26.0),  # above the bar: never a partner
+    ]
+    lines = relay_fleet.at_equal_latency([*relays, *floors], floors).splitlines()
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines[3:]}
+    assert "| floor 0.01 s | 15.0 | 8.7% | 1.91 |" in rows["1 gather 0.01 s"]
+    assert "none" in rows["1 gather 0.02 s"]  # no floor between 22.0 and 25 ms
+    assert "none" in rows["1 gather 0.03 s"]
+    assert len(rows) == 3
+
+
 def test_the_large_events_bench_adds_the_floor_and_postgres_alone_only_when_asked() -> None:
     assert large_events.contenders(large_events.parse_args([])) == ["keep"]
     both = large_events.parse_args(["--retentions", "delete", "--floor", "--postgres-alone"])

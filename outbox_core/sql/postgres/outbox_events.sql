@@ -189,7 +189,11 @@ CROSS JOIN LATERAL (
 -- rows in the shard (the untenanted rows are the tenant ''; NULL ends a shard's walk).
 -- It walks backwards, landing on each tenant's newest row: the oldest entries of a
 -- draining tenant are the rows just published, not yet vacuumed away, which a forward
--- probe would step over on every claim (the candidates' walk does once, anyway).
+-- probe would step over on every claim (the candidates' walk does once, anyway). Once a
+-- tenant's backlog has drained, every entry of it is such a row, and each probe past it
+-- steps over all of them: `e.id > floor` is checked on the index entry, so those at or
+-- below the shard's floor are passed over without a visit to the table (130-230 ms a
+-- claim over a drained 500,000-row backlog before, at the end of every large drain).
 -- candidates: each tenant's claimable ids, walked in id order through the same index, at
 -- most per_tenant (min(tenant_max_rows, limit)) of them; its k-th (from 1) is in turn
 -- (k - 1) / weight. chosen: the shard's first `limit` ids by (turn, id). Only ids are
@@ -202,14 +206,14 @@ WITH RECURSIVE {{claim_clock}},
 tenants(shard, floor, tenant) AS (
     SELECT s.shard, s.floor, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
-        WHERE e.shard = s.shard AND e.published_at IS NULL
+        WHERE e.shard = s.shard AND e.published_at IS NULL AND e.id > s.floor
         ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
         LIMIT 1)
     FROM {{claim_shards}}
     UNION ALL
     SELECT t.shard, t.floor, (
         SELECT coalesce(e.tenant, '') FROM outbox_events e
-        WHERE e.shard = t.shard AND e.published_at IS NULL
+        WHERE e.shard = t.shard AND e.published_at IS NULL AND e.id > t.floor
           AND coalesce(e.tenant, '') < t.tenant
         ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
         LIMIT 1)
