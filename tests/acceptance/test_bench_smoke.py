@@ -148,19 +148,30 @@ def test_the_fleet_bench_runs_the_floor_loop_beside_a_relay_and_both_deliver(
         {"DATABASE_URL": postgres_admin, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
         190,
     )
-    rows = {
-        cells[0]: cells
-        for line in output.splitlines()
-        if line.startswith("| ") and not line.startswith("| relays")
-        for cells in [table_cells(line)]
-        if cells[0] and not cells[0].startswith("-")
-    }
-    assert set(rows) == {"1", "floor 0.01 s", "floor 0.01 s settle"}, output
-    for cells in rows.values():
+    tables: list[list[list[str]]] = []
+    for line in output.splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = table_cells(line)
+        if cells[0] == "relays":  # a table's header
+            tables.append([])
+        elif cells[0] and not cells[0].startswith("-"):
+            tables[-1].append(cells)
+    runs, paired = ({cells[0]: cells for cells in table} for table in tables)
+    assert set(runs) == {"1", "floor 0.01 s", "floor 0.01 s settle"}, output
+    for cells in runs.values():
         steady_cpu, missing = float(cells[5].rstrip("%")), int(cells[9])
         # Percent of one core, all relays together: at most every core of the machine.
         assert 0 < steady_cpu <= 100 * (os.cpu_count() or 1), output
         assert missing == 0, output
+    # The relay against the floor of the nearest p99 at or above its own, if any.
+    assert set(paired) == {"1"}, output
+    relay_p99, floor = float(paired["1"][1]), paired["1"][3]
+    assert relay_p99 == float(runs["1"][8]), output
+    if floor != "none":
+        assert float(runs[floor][8]) >= relay_p99, output
+        cpu = float(runs["1"][5].rstrip("%")) / float(runs[floor][5].rstrip("%"))
+        assert float(paired["1"][6]) == pytest.approx(cpu, rel=0.1), output
 
 
 @pytest.mark.timeout(200)
