@@ -219,15 +219,18 @@ async def one_fleet(
 async def run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir or f"/tmp/relay-fleet-{uuid.uuid4().hex[:8]}")
     await asyncio.to_thread(logdir.mkdir, parents=True, exist_ok=True)
-    runs = [
+    relays = [
         await one_fleet(args, size, logdir, gather=gather)
         for size in args.fleets
         for gather in args.gathers or [None]
     ]
-    for kind in args.floor_kinds:
-        for client in args.floor_clients:
-            for gather in args.floor_gathers:
-                runs.append(await one_fleet(args, 1, logdir, gather, client, kind))
+    floors = [
+        await one_fleet(args, 1, logdir, gather, client, kind)
+        for kind in args.floor_kinds
+        for client in args.floor_clients
+        for gather in args.floor_gathers
+    ]
+    runs = [*relays, *floors]
     first = runs[0]
     print()
     print(
@@ -246,14 +249,13 @@ async def run(args: argparse.Namespace) -> int:
             f"{r.steady_cpu * 100:.1f}% | {r.steady_cpu / first.steady_cpu:.2f} | "
             f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.missing} | {r.load_avg:.2f} |"
         )
-    floors = [r for r in runs if r.label.startswith("floor")]
     if floors:
         print()
-        print(at_equal_latency(runs, floors))
+        print(at_equal_latency(relays, floors))
     return 0
 
 
-def at_equal_latency(runs: Sequence[FleetRun], floors: Sequence[FleetRun]) -> str:
+def at_equal_latency(relays: Sequence[FleetRun], floors: Sequence[FleetRun]) -> str:
     """Each relay run against the floor run of this run whose p99 is the nearest at or
     above the relay's, both within MAX_P99_MS: the relay's CPU over the floor's at no
     higher a latency."""
@@ -263,11 +265,9 @@ def at_equal_latency(runs: Sequence[FleetRun], floors: Sequence[FleetRun]) -> st
         "| relays | p99 ms | CPU | floor | floor p99 ms | floor CPU | relay / floor |",
         "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
-    for r in runs:
-        if r in floors:
-            continue
+    for r in relays:
         fits = [f for f in floors if r.p99_ms <= f.p99_ms <= MAX_P99_MS]
-        if r.p99_ms > MAX_P99_MS or not fits:
+        if not fits:  # none at or above the relay's p99 within the bar
             lines.append(f"| {r.label} | {r.p99_ms:.1f} | {r.steady_cpu * 100:.1f}% | none | | | |")
             continue
         f = min(fits, key=lambda f: f.p99_ms)
@@ -285,14 +285,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--fleets", type=numbers(int), default=[1, 12])
     p.add_argument(
         "--gathers",
-        type=lambda s: [float(x) for x in s.split(",") if x],
+        type=numbers(float),
         default=[],
         help="run each fleet once with each of these probe_gather_s (default: the relay's "
         "own setting, once)",
     )
     p.add_argument(
         "--floor-gathers",
-        type=lambda s: [float(x) for x in s.split(",") if x],
+        type=numbers(float),
         default=[],
         help="after the fleets, bench/steady_floor.py's loop with each of these sleeps (s)",
     )

@@ -45,8 +45,9 @@ class FailureReason(Enum):
     # rows are the new owner's, so they are not charged; the shard is dropped.
     FENCED = ("Fenced", True, False, True, False)
     # The shard's transaction was aborted for no fault of these rows: its progress record
-    # was refused, or another record's error ended it before these were sent. (A commit without an answer is no failure of the rows: they are held,
-    # and the progress topic tells, before the shard's next claim, whether it happened.)
+    # was refused, or another record's error ended it before these were sent. (A commit
+    # without an answer is no failure of the rows: they are held, and the progress topic
+    # tells, before the shard's next claim, whether it happened.)
     TRANSACTION_ABORTED = ("TransactionAborted", True, True, False, False)
 
     def __init__(

@@ -109,7 +109,7 @@ def test_each_relay_run_is_set_against_the_floor_of_the_nearest_p99_at_or_above_
         fleet_run("floor 0.013 s", 0.069, 19.8),
         fleet_run("floor 0.02 s", 0.050, 26.0),  # above the bar: never a partner
     ]
-    lines = relay_fleet.at_equal_latency([*relays, *floors], floors).splitlines()
+    lines = relay_fleet.at_equal_latency(relays, floors).splitlines()
     rows = {line.split(" | ")[0].strip("| "): line for line in lines[3:]}
     assert "| floor 0.01 s | 15.0 | 8.7% | 1.91 |" in rows["1 gather 0.01 s"]
     assert "none" in rows["1 gather 0.02 s"]  # no floor between 22.0 and 25 ms
