@@ -348,6 +348,9 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
     if "fair-cap" in by and "idle" in by:
         ratio = by["fair-cap"].b(0.99) / by["idle"].b(0.99)
         print(f"B p99 fair-cap / B p99 idle: {ratio:.1f}")
+    if "fair" in by and "apart" in by:
+        ratio = by["fair"].b(0.99) / by["apart"].b(0.99)
+        print(f"B p99 fair / B p99 apart: {ratio:.2f} (bar: <= 1.5)")
     if "apart" in by and "idle" in by:
         ratio = by["apart"].b(0.99) / by["idle"].b(0.99)
         print(f"B p99 apart / B p99 idle: {ratio:.2f} (the floor on this machine)")

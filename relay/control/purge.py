@@ -6,6 +6,7 @@ holds many row locks for long. `run_once` is one round."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Literal
@@ -19,6 +20,10 @@ from relay.errors import StoreUnavailable
 from relay.store import MOVE_MAX_BYTES, Rotated, Rotation, Store
 
 log = logging.getLogger("relay.purge")
+
+# Between two tries of a partition whose lock a settle held: long enough for one settle of
+# an ordinary cycle to end, short enough for many tries in a round.
+ROTATE_RETRY_S = 0.02
 
 
 class PurgeSettings(SettingsGroup):
@@ -50,9 +55,10 @@ class PurgeSettings(SettingsGroup):
         gt=0,
         le=60,
         allow_inf_nan=False,
-        description="How long the purge waits for the lock to create or drop a partition of "
-        "kept rows before it leaves that partition to its next round (settles never queue "
-        "behind it for longer).",
+        description="How long a purge round keeps trying to create or drop a partition of "
+        "kept rows before it leaves that partition to its next round. Each try takes the "
+        "table's lock only if no settle holds it at that moment, so settles never wait for "
+        "a try, only for the few milliseconds a partition takes to create or drop.",
     )
     idempotency_retention_s: float = Field(
         default=7 * 24 * 3600.0, ge=0, description="How long idempotency keys are remembered."
@@ -99,7 +105,7 @@ class Purger:
         s = self.settings
         if s.keep and not self._standing_by():
             try:
-                rotated = await self._store.rotate_published(s.rotation)
+                rotated = await self._rotate()
             except StoreUnavailable as exc:
                 # The batches below still run: a failed rotation costs its round only (the
                 # DEFAULT partition takes what no partition covers meanwhile).
@@ -119,6 +125,22 @@ class Purger:
         if total:
             log.debug("purged", extra={"rows": total})
         return total
+
+    async def _rotate(self) -> Rotated:
+        """The partition maintenance, tried again while a partition could not have its
+        lock (a settle held it), until purge_lock_timeout_s has passed. While a backlog
+        drains, a settle is in flight most of the time, not all of it."""
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + s.purge_lock_timeout_s
+        created = dropped = 0
+        while True:
+            rotated = await self._store.rotate_published(s.rotation)
+            created += rotated.created
+            dropped += rotated.dropped
+            if not rotated.skipped or loop.time() >= deadline or self._sup.stopping.is_set():
+                return Rotated(created, dropped, rotated.skipped)
+            await self._sup.sleep(min(ROTATE_RETRY_S, max(0.0, deadline - loop.time())))
 
     @staticmethod
     def _rotated(rotated: Rotated) -> None:

@@ -209,7 +209,7 @@ class Rotation:
 class Rotated:
     created: int
     dropped: int
-    skipped: int  # DDL that could not have its locks within the lock timeout
+    skipped: int  # DDL that could not have its locks at once (the parent) or in time (others)
 
 
 # The most rows one listing of parked or retained rows takes when a limit is given.

@@ -1,13 +1,15 @@
 """retention=keep on Postgres: a settle moves acked rows into outbox_published, partitioned
 by publish time; the purge round drops whole partitions past the retention (no dead tuples
-left), creates the next ones ahead, never waits long for its locks, and settles go on
-beside it. SQLite keeps its rows in outbox_events (the same purge round, nothing to
+left), creates the next ones ahead, never queues for the lock a settle holds, and settles
+go on beside it. SQLite keeps its rows in outbox_events (the same purge round, nothing to
 rotate)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -30,6 +32,8 @@ from tests.support.stores import (
 from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 SHARD = 2
 OWNER = "history-test"
@@ -104,9 +108,15 @@ async def test_a_replayed_row_goes_back_with_its_id_and_event_id_and_is_claimed(
 async def test_rotation_drops_whole_partitions_and_leaves_no_dead_tuples(
     pg: Backend, pg_store: Store
 ) -> None:
+    # Settled before any rotation (a relay from before the purge round made partitions):
+    # the DEFAULT partition has them, and no partition is made over them.
+    early = await publish(pg_store, pg, 3)
     first = await pg_store.rotate_published(FAST)
     assert first.created >= 3
     assert first.dropped == 0
+    assert {p for i, _, p in pg.fetch("published_rows") if i in early} == {
+        "outbox_published_default"
+    }
     await until_rows_land_in_a_partition(pg_store, pg)
     ids = await publish(pg_store, pg, 50)
     parts = {p for i, _, p in pg.fetch("published_rows") if i in ids}
@@ -128,7 +138,7 @@ async def test_rotation_drops_whole_partitions_and_leaves_no_dead_tuples(
     assert "outbox_published_default" in {r[0] for r in pg.fetch("published_partitions")}
     assert dead_tuples(pg, "published_dead_tuples") == 0
     # The measure sees dead tuples where rows are deleted: the DEFAULT partition holds the
-    # rows settled before the first partition began, deleted in batches once old enough.
+    # rows settled before the first rotation, deleted in batches once old enough.
     pg.execute("published_default_age")
     assert await pg_store.purge(3600.0, 3600.0, 1000) >= 1
     for _ in range(50):
@@ -136,6 +146,20 @@ async def test_rotation_drops_whole_partitions_and_leaves_no_dead_tuples(
             break
         await asyncio.sleep(0.1)
     assert dead_tuples(pg, "published_default_dead_tuples") > 0
+
+
+async def test_rows_settled_after_the_first_rotation_have_a_partition(
+    pg: Backend, pg_store: Store
+) -> None:
+    """The first round's partitions cover the time from the migration's on, so nothing
+    lands in the DEFAULT partition: every partition made later is checked against each row
+    it holds, under a lock every settle waits for (half a second, after a minute's drain
+    had gone there)."""
+    await pg_store.rotate_published(PurgeSettings().rotation)
+    ids = await publish(pg_store, pg, 5)
+    placed = {p for i, _, p in pg.fetch("published_rows") if i in ids}
+    assert placed
+    assert "outbox_published_default" not in placed
 
 
 async def test_a_rotation_waiting_for_a_lock_gives_up_and_settles_go_on(
@@ -146,7 +170,7 @@ async def test_a_rotation_waiting_for_a_lock_gives_up_and_settles_go_on(
     with psycopg.connect(pg.target) as holder:
         holder.execute(pg.sql("published_hold")).fetchall()  # a reader's lock, held
         # Every partition must go (retention 0 once their time has passed) and new ones be
-        # made: each DDL waits its 100 ms for the holder, then is skipped, not queued.
+        # made: each DDL finds the lock held and is skipped, not queued.
         await asyncio.sleep(1.2)
         blocked = await pg_store.rotate_published(Rotation(0.0, 1, 3, 100))
         assert blocked.skipped >= 1
@@ -160,12 +184,13 @@ async def test_a_rotation_waiting_for_a_lock_gives_up_and_settles_go_on(
 
 
 @pytest.mark.parametrize("retention_s", [3600.0, 0.0], ids=["create", "drop"])
-async def test_two_replicas_rotating_at_once_both_succeed(
+async def test_two_replicas_rotating_at_once_neither_waits_nor_fails(
     pg: Backend, pg_store: Store, retention_s: float
 ) -> None:
-    """Every active replica runs the purge round: one replica's rotation reads the
-    partitions, then waits for the other's, which makes (or drops) the same ones and
-    commits. The one that waited finds its work done, and fails nothing."""
+    """Every active replica runs the purge round. While one replica's rotation holds the
+    history's lock (it made or dropped partitions, not committed yet), the other's skips
+    them at once instead of queueing; once the first commits, the other's next try finds
+    the work done and fails nothing."""
     await pg_store.rotate_published(FAST)
     await until_rows_land_in_a_partition(pg_store, pg)
     await asyncio.sleep(1.2)  # with retention 0, at least one partition is past it
@@ -181,10 +206,86 @@ async def test_two_replicas_rotating_at_once_both_succeed(
             assert row is not None
             return (int(row[0]), int(row[1]), int(row[2]))
 
-        waiting = asyncio.create_task(asyncio.to_thread(rotate_second))
-        await until(lambda: pg.scalar("lock_waiters") >= 1, 20, "the second rotation waiting")
+        beside = await until_rotated_or_waiting(pg, asyncio.to_thread(rotate_second))
         first.commit()
-        assert (await waiting)[2] == 0  # nothing skipped, no error
+        assert beside is not None, "the second rotation waited for the first's lock"
+        assert beside[:2] == (0, 0)
+        assert beside[2] >= 1
+        again = await asyncio.to_thread(rotate_second)
+        assert again[2] == 0  # nothing skipped, no error
+
+
+async def until_rotated_or_waiting(pg: Backend, rotation: Awaitable[T]) -> T | None:
+    """The rotation's result, or None as soon as a session of the database waits for a
+    lock (the rotation queued behind a holder), whichever comes first."""
+    task = asyncio.ensure_future(rotation)
+    await until(
+        lambda: task.done() or pg.scalar("lock_waiters") >= 1, 20, "the rotation or a waiter"
+    )
+    if task.done():
+        return task.result()
+    return None
+
+
+async def test_a_settle_in_flight_makes_the_rotation_skip_at_once(
+    pg: Backend, pg_store: Store
+) -> None:
+    """A settle holds ROW EXCLUSIVE on the history until it commits, and a bulk settle of a
+    draining backlog runs for 100 ms and more. A rotation that queued for the lock would
+    hold every later settle behind it meanwhile (500 ms stalls while a backlog drained),
+    so it does not queue: it skips, whatever its lock timeout."""
+    await pg_store.rotate_published(FAST)
+    await asyncio.sleep(1.2)  # a partition to make
+    with psycopg.connect(pg.target) as settle_in_flight:
+        settle_in_flight.execute(pg.sql("published_settle_lock"))
+        rotated = await until_rotated_or_waiting(
+            pg, pg_store.rotate_published(Rotation(0.0, 1, 3, 20_000))
+        )
+        settle_in_flight.rollback()
+    assert rotated is not None, "the rotation queued behind the settle"
+    assert (rotated.created, rotated.dropped) == (0, 0)
+    assert rotated.skipped >= 1
+
+
+async def test_the_purge_round_tries_a_skipped_rotation_again(
+    pg: Backend, pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rotation skipped because a settle held the lock is tried again within the round
+    (purge_lock_timeout_s), so a steady stream of settles does not leave the partitions
+    to later rounds forever; past that time the round goes on to its batches."""
+    await pg_store.rotate_published(FAST)
+    await asyncio.sleep(1.2)  # a partition to make
+    before = {r[0] for r in pg.fetch("published_partitions")}
+    rotate, tries = pg_store.rotate_published, 0
+
+    async def counted(rotation: Rotation) -> Rotated:
+        nonlocal tries
+        tries += 1
+        return await rotate(rotation)
+
+    monkeypatch.setattr(pg_store, "rotate_published", counted)
+    sup = Supervisor(logging.getLogger("test"))
+    patient = Purger(
+        PurgeSettings(retention_period_s=0.0, purge_lock_timeout_s=60.0),
+        store=pg_store,
+        supervisor=sup,
+    )
+    with psycopg.connect(pg.target) as settle_in_flight:
+        settle_in_flight.execute(pg.sql("published_settle_lock"))
+        brief = Purger(
+            PurgeSettings(retention_period_s=0.0, purge_lock_timeout_s=0.05),
+            store=pg_store,
+            supervisor=sup,
+        )
+        await brief.run_once()  # gives up after its 50 ms, and ends its round
+        assert tries >= 1
+        assert {r[0] for r in pg.fetch("published_partitions")} == before
+        round_ = asyncio.create_task(patient.run_once())
+        start = tries
+        await until(lambda: tries >= start + 2, 20, "the round trying again")
+        settle_in_flight.rollback()
+        await round_
+    assert {r[0] for r in pg.fetch("published_partitions")} != before  # in that round
 
 
 async def test_settles_go_on_while_partitions_rotate(pg: Backend, pg_store: Store) -> None:

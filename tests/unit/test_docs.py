@@ -265,6 +265,7 @@ CONFIGURATION_FIGURES = {
     "10 ms": "probe_gather_s default; the rotation interval of a test",
     "5 ms": "probe_interval_s default",
     "50 ms": "probe_idle_interval_s default",
+    "20 ms": "the purge round's pause between two tries of a skipped partition",
     "100 ms": "how long a cycle waits for a new topic's lookup",
     "0.5 s": "purge_lock_timeout_s default",
     "1 s": "the smallest history partition width",

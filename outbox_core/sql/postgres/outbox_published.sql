@@ -21,13 +21,16 @@ CREATE TABLE IF NOT EXISTS outbox_published_default PARTITION OF outbox_publishe
 -- SECURITY DEFINER: creating and dropping partitions needs the table's owner; the relay's
 -- role gets EXECUTE on this function only (grants.sql), never DDL. search_path is the one
 -- `outbox-relay migrate` ran with, and a temporary table of the same name is refused.
--- lock_timeout_ms bounds each DDL's wait for its locks (ACCESS EXCLUSIVE on the parent,
--- which settles writing into it hold in ROW EXCLUSIVE): one that cannot have them in time
--- is skipped and tried again next round, so a long settle never has the settles queued
--- behind a waiting DROP. A new partition must start after every row the DEFAULT partition
--- holds (Postgres checks it): when the newest partition ends before now() + min(width, 60
--- s), e.g. after the relay was down, the next starts there instead, and the rows published
--- meanwhile stay in the DEFAULT partition, which the purge deletes in batches.
+-- Each DDL needs ACCESS EXCLUSIVE on the parent, which every settle writing into it holds
+-- in ROW EXCLUSIVE. It takes that lock NOWAIT: a DDL waiting in the lock queue would hold
+-- every later settle behind it for as long as it waited (a settle of a draining backlog
+-- runs for 100 ms and more), so one that cannot have the lock at once is skipped, and the
+-- caller tries again (relay/control/purge.py). Settles then wait only while a DDL runs.
+-- lock_timeout_ms bounds the waits for any other lock (the DEFAULT partition's, which a
+-- new partition's bounds are checked against). The partitions follow each other from the
+-- migration's on, so rows land in the DEFAULT partition only when none covers their time
+-- (the relay down for longer than ahead_s); a new partition starts after every row the
+-- DEFAULT partition holds (Postgres checks it), which the purge deletes in batches.
 -- Returns (created, dropped, skipped).
 CREATE OR REPLACE FUNCTION outbox_published_rotate(
     retention_s float8, width_s bigint, ahead_s bigint, lock_timeout_ms integer
@@ -64,6 +67,7 @@ BEGIN
     LOOP
         IF part.upper_s <= now_s - retention_s THEN
             BEGIN
+                LOCK TABLE outbox_published IN ACCESS EXCLUSIVE MODE NOWAIT;
                 EXECUTE 'DROP TABLE ' || quote_ident(part.relname);
                 dropped := dropped + 1;
             EXCEPTION WHEN lock_not_available THEN
@@ -76,7 +80,28 @@ BEGIN
             top := greatest(top, part.upper_s);
         END IF;
     END LOOP;
-    lower_s := greatest(top, ceil(now_s)::bigint + least(width_s, 60));
+    -- Contiguous with the newest partition, or, when none is left or the newest ended a
+    -- while ago, from a little before now: a settle's rows carry its transaction's start,
+    -- and one in flight goes into the new partition rather than the DEFAULT one. Never
+    -- over a row the DEFAULT partition holds (Postgres checks every one of them under
+    -- the lock, so an empty DEFAULT partition is also what keeps each DDL short).
+    lower_s := greatest(top, floor(now_s)::bigint - least(width_s, 60));
+    IF lower_s >= now_s + ahead_s + width_s THEN
+        RETURN NEXT;  -- covered: no lock taken, nothing read
+        RETURN;
+    END IF;
+    BEGIN
+        -- Before the DEFAULT partition is read: another replica's DDL holds it meanwhile.
+        LOCK TABLE outbox_published IN ACCESS EXCLUSIVE MODE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        skipped := skipped + 1;
+        RETURN NEXT;
+        RETURN;
+    END;
+    lower_s := greatest(
+        lower_s,
+        floor(extract(epoch FROM (SELECT max(d.published_at)
+                                  FROM outbox_published_default d)))::bigint + 1);
     WHILE lower_s < now_s + ahead_s + width_s LOOP
         upper_s := lower_s + width_s;
         BEGIN

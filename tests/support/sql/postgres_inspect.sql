@@ -219,13 +219,17 @@ SELECT pg_stat_force_next_flush();
 -- until it ends: DDL on a partition must wait for it.
 SELECT count(*) FROM outbox_published;
 
+-- name: published_settle_lock
+-- The lock a settle's INSERT into the history holds until it commits.
+LOCK TABLE outbox_published IN ROW EXCLUSIVE MODE;
+
 -- name: published_default_age
 -- Ages every row of the DEFAULT partition by a day (as if settled while no partition
 -- covered the time, a day ago).
 UPDATE outbox_published_default SET published_at = published_at - interval '1 day';
 
 -- name: published_rotate_patient
--- One rotation, as the purge round runs it, that waits up to 20 s for its locks.
+-- One rotation, as the purge round runs it, with 20 s for the locks it may wait for.
 SELECT created, dropped, skipped FROM outbox_published_rotate(%(retention_s)s::float8, 1, 3, 20000);
 
 -- name: published_rotate_drop
