@@ -151,10 +151,10 @@ async def test_rotation_drops_whole_partitions_and_leaves_no_dead_tuples(
 async def test_rows_settled_after_the_first_rotation_have_a_partition(
     pg: Backend, pg_store: Store
 ) -> None:
-    """The first round's partitions cover the time from the migration's on, so nothing
-    lands in the DEFAULT partition: every partition made later is checked against each row
-    it holds, under a lock every settle waits for (half a second, after a minute's drain
-    had gone there)."""
+    """The first round's partitions start where the migration's ends, or a minute before
+    now at the latest, so nothing lands in the DEFAULT partition: every partition made
+    later is checked against each row it holds, under a lock every settle waits for (half
+    a second, after a minute's drain had gone there)."""
     await pg_store.rotate_published(PurgeSettings().rotation)
     ids = await publish(pg_store, pg, 5)
     placed = {p for i, _, p in pg.fetch("published_rows") if i in ids}

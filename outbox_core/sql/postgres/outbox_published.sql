@@ -27,11 +27,9 @@ CREATE TABLE IF NOT EXISTS outbox_published_default PARTITION OF outbox_publishe
 -- runs for 100 ms and more), so one that cannot have the lock at once is skipped, and the
 -- caller tries again (relay/control/purge.py). Settles then wait only while a DDL runs.
 -- lock_timeout_ms bounds the waits for any other lock (the DEFAULT partition's, which a
--- new partition's bounds are checked against). The partitions follow each other from the
--- migration's (or from a minute before the first round, if that is later), so rows land
--- in the DEFAULT partition only when none covers their time (no relay for longer than
--- ahead_s); a new partition starts after every row the
--- DEFAULT partition holds (Postgres checks it), which the purge deletes in batches.
+-- new partition's bounds are checked against). Where a new partition starts: below, at
+-- lower_s. Rows land in the DEFAULT partition only when no partition covers their time
+-- (no relay for longer than ahead_s); the purge deletes them in batches.
 -- Returns (created, dropped, skipped).
 CREATE OR REPLACE FUNCTION outbox_published_rotate(
     retention_s float8, width_s bigint, ahead_s bigint, lock_timeout_ms integer
