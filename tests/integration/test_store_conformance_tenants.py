@@ -115,6 +115,11 @@ async def test_a_lane_claims_only_its_own_tenants(backend: Backend, store: Store
         assert ids_in(rows) == plain
         rows = await claim(store, [SHARD], 10, policy, turns=TenantTurns(skip=frozenset({"", "B"})))
         assert ids_in(rows) == flood
+        # The greatest tenant skipped, and every tenant (and one with no rows).
+        rows = await claim(store, [SHARD], 10, policy, turns=TenantTurns(skip=frozenset({"B"})))
+        assert ids_in(rows) == flood + plain
+        everyone = TenantTurns(skip=frozenset({"", "A", "B", "Z"}))
+        assert await claim(store, [SHARD], 10, policy, turns=everyone) == []
         assert await claim(store, [SHARD], 10, policy, turns=TenantTurns(only=frozenset())) == []
         plain_claim = await claim(store, [SHARD], 10, policy)
         assert [r.tenant for r in plain_claim] == ["A"] * 4 + ["B", None]

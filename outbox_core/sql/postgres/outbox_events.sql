@@ -181,12 +181,46 @@ CROSS JOIN LATERAL (
     WHERE {{shard_rows}}
 ) AS c
 
+-- fragment: tenant_probe(below)
+-- One step of the fair claim's skip scan over the tenants of shard t.shard: the greatest
+-- tenant with an unpublished row above the floor, under t.below when `below` says so.
+-- g.skipped: the greatest tenant of the lane's skip list where this probe starts (a
+-- tenant the other lane claims). The walk stops at the end of its entries and never goes
+-- through them: once that tenant has drained, its entries above the floor point at rows
+-- just published, which no scan may mark passed while an older snapshot is open, so each
+-- probe through them visited the table for every one. Two branches, one of them empty:
+-- the stop is a bound of its own on the tenant, the only kind the backward walk stops at
+-- (a row comparison decided past its first column does not stop it), and none when
+-- nothing is skipped below.
+({{tenant_probe_walk(below=below, stop=nothing_skipped)}})
+UNION ALL
+({{tenant_probe_walk(below=below, stop=above_skipped)}})
+
+-- fragment: tenant_probe_walk(below, stop)
+SELECT coalesce(e.tenant, '') AS tenant FROM outbox_events e
+WHERE e.shard = t.shard AND e.published_at IS NULL AND e.id > t.floor
+  {{below}}
+  {{stop}}
+ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
+LIMIT 1
+
+-- fragment: under_below
+AND coalesce(e.tenant, '') < t.below
+
+-- fragment: nothing_skipped
+AND g.skipped IS NULL
+
+-- fragment: above_skipped
+AND coalesce(e.tenant, '') > g.skipped
+
 -- fragment: claim_by_turns(rule)
 -- fair_tenants: the rows the plain claim would take (its rule, in_flight left out), but
 -- which of a shard's rows make its batch is decided by turns between the shard's tenants
 -- instead of id order, so a tenant's backlog cannot fill every batch while others wait.
--- tenants: a skip scan of outbox_events_tenant_idx, one probe per tenant with unpublished
--- rows in the shard (the untenanted rows are the tenant ''; NULL ends a shard's walk).
+-- tenants: a skip scan of outbox_events_tenant_idx (tenant_probe), one probe per tenant
+-- with unpublished rows in the shard (the untenanted rows are the tenant ''), from the
+-- top down: `below` is where the next probe starts, a tenant found or, when a probe found
+-- none, the skipped tenant it stopped at (NULL ends a shard's walk).
 -- It walks backwards, landing on each tenant's newest row: the oldest entries of a
 -- draining tenant are the rows just published, not yet vacuumed away, which a forward
 -- probe would step over on every claim (the candidates' walk does once, anyway). Once a
@@ -201,24 +235,25 @@ CROSS JOIN LATERAL (
 -- payloads too, which spilled to disk past work_mem. Returned in id order; a key belongs
 -- to one tenant, so this is the order of its rows in its tenant's turns too.
 -- only / skip: the tenants of the lane claiming (relay/lanes.py): only NULL takes every
--- tenant but those in skip.
+-- tenant but those in skip (which the probes pass over).
 WITH RECURSIVE {{claim_clock}},
-tenants(shard, floor, tenant) AS (
-    SELECT s.shard, s.floor, (
-        SELECT coalesce(e.tenant, '') FROM outbox_events e
-        WHERE e.shard = s.shard AND e.published_at IS NULL AND e.id > s.floor
-        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
-        LIMIT 1)
-    FROM {{claim_shards}}
+tenants(shard, floor, tenant, below) AS (
+    SELECT t.shard, t.floor, p.tenant, coalesce(p.tenant, g.skipped)
+    FROM (SELECT s.shard, s.floor FROM {{claim_shards}}) AS t
+    CROSS JOIN LATERAL (SELECT max(k) AS skipped FROM unnest(%(skip)s::text[]) AS k) AS g
+    LEFT JOIN LATERAL (
+        {{tenant_probe(below=nothing)}}
+    ) AS p ON true
     UNION ALL
-    SELECT t.shard, t.floor, (
-        SELECT coalesce(e.tenant, '') FROM outbox_events e
-        WHERE e.shard = t.shard AND e.published_at IS NULL AND e.id > t.floor
-          AND coalesce(e.tenant, '') < t.tenant
-        ORDER BY coalesce(e.tenant, '') DESC, e.id DESC
-        LIMIT 1)
+    SELECT t.shard, t.floor, p.tenant, coalesce(p.tenant, g.skipped)
     FROM tenants t
-    WHERE t.tenant IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT max(k) AS skipped FROM unnest(%(skip)s::text[]) AS k WHERE k < t.below
+    ) AS g
+    LEFT JOIN LATERAL (
+        {{tenant_probe(below=under_below)}}
+    ) AS p ON true
+    WHERE t.below IS NOT NULL
 ),
 candidates AS (
     SELECT t.shard, x.id, (x.k - 1) / coalesce(w.weight, 1) AS turn
@@ -239,7 +274,6 @@ candidates AS (
     )) WITH ORDINALITY AS x(id, k)
     WHERE t.tenant IS NOT NULL
       AND (%(only)s::text[] IS NULL OR t.tenant = ANY(%(only)s::text[]))
-      AND t.tenant <> ALL(%(skip)s::text[])
 ),
 chosen AS (
     SELECT r.id FROM (
