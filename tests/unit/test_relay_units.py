@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import random
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,7 +17,7 @@ from relay.config import RelaySettings, load_settings, unknown_env_names
 from relay.control.leases import active_set, fair_share
 from relay.errors import RelayConfigError
 from relay.ops.observer import MAX_TOPIC_LABELS, RelayObserver
-from relay.pipeline.step import BatchOutcome, BatchSettings, _failure, backoff_s
+from relay.pipeline.step import BatchOutcome, BatchSettings, _bytes_full, _failure, backoff_s
 from relay.service import RelayService
 from relay.store import ClaimedRow
 from relay.transport.errors import FailureReason, PublishFailed
@@ -588,3 +589,45 @@ def test_readiness_and_stats_name_the_configured_transport(transport: str, tmp_p
     service.observer.transport_outage()  # a batch found the transport away
     assert service.readyz().detail == f"{transport}: unreachable or not started"
     assert service.stats.transport_outages == 1
+
+
+def test_a_claim_is_bytes_full_when_a_shard_s_rows_reached_its_share() -> None:
+    """_bytes_full's shortcuts (the whole claim within one share; each shard's row count
+    times the largest row within it) never change its answer: against the per-shard sums,
+    over claims of many small rows on every shard, a few large ones, one huge one and
+    empty payloads."""
+    rng = random.Random(7)
+
+    def expected(rows: list[ClaimedRow], share: int) -> bool:
+        used: dict[int, int] = {}
+        largest: dict[int, int] = {}
+        for row in rows:
+            used[row.shard] = used.get(row.shard, 0) + len(row.payload)
+            largest[row.shard] = max(largest.get(row.shard, 0), len(row.payload))
+        return any(used[s] + largest[s] > share for s in used)
+
+    for _ in range(400):
+        shards = rng.randint(1, 16)
+        sizes = rng.choice([[0], [800], [10, 900], [100, 5_000], [1, 200_000]])
+        rows = [
+            ClaimedRow(
+                i,
+                rng.randrange(shards),
+                f"e{i}",
+                "t",
+                "k",
+                "T",
+                b"x" * rng.choice(sizes),
+                "{}",
+                0,
+                0.0,
+                None,
+            )
+            for i in range(rng.randint(1, 600))
+        ]
+        per_shard = Counter(row.shard for row in rows)
+        total, largest = sum(len(r.payload) for r in rows), max(len(r.payload) for r in rows)
+        # Each shortcut's own edge, and one byte either side of it.
+        edges = (total + largest, (max(per_shard.values()) + 1) * largest)
+        for share in (1, 1_000, 512 * 1024, *(e + d for e in edges for d in (-1, 0, 1))):
+            assert _bytes_full(rows, share, per_shard) == expected(rows, share), share
