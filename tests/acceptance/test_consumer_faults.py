@@ -31,6 +31,7 @@ from tests.conftest import TopicFactory
 from tests.support.consumers import (
     ADAPTERS,
     ASSIGNED,
+    ChunkGate,
     ConsumerFleet,
     ConsumerProcess,
     Effect,
@@ -368,9 +369,14 @@ async def test_consumers_joining_and_leaving_apply_every_event_exactly_once(
     )
     group = new_group()
     layout = Layout(topic)
-    # Production goes on through every membership change.
+    # Production goes on through every membership change. Each change releases its share
+    # of the records once its newcomer holds partitions, so a slow machine cannot run the
+    # feed dry before the last newcomers join and leave them nothing to apply.
+    chunk = 100
+    chunks = -(-len(records) // chunk)
+    gate = ChunkGate(chunks // (changes + 1))
     feeder = asyncio.create_task(
-        feed(kafka_bootstrap, topic, records, layout, chunk=100, pause_s=0.8)
+        feed(kafka_bootstrap, topic, records, layout, chunk=chunk, pause_s=0.3, gate=gate)
     )
     sampler = OffsetSampler(kafka_bootstrap, group, layout, pg)
     sampling = asyncio.create_task(sampler.run())
@@ -414,8 +420,14 @@ async def test_consumers_joining_and_leaving_apply_every_event_exactly_once(
                 leaving = rng.choice(fleet.running())
                 await kill(leaving)
                 history.append(f"SIGKILL {leaving.name}")
+            newcomers = []
             while len(fleet.running()) < 3:
-                history.append(f"start {start().name}")
+                newcomers.append(start())
+                history.append(f"start {newcomers[-1].name}")
+            for proc in newcomers:
+                await proc.wait_log(ASSIGNED, 60)
+            await gate.open_to((step + 2) * chunks // (changes + 1))
+        await gate.open_to(chunks)
         await asyncio.wait_for(feeder, 300)
         await wait_all_committed(kafka_bootstrap, group, layout, fleet, 240)
     finally:

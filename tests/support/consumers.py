@@ -544,6 +544,27 @@ async def produce(
     return layout
 
 
+class ChunkGate:
+    """How many of a feed's chunks may go out yet; a scenario opens it as its steps happen.
+
+    A feed on a clock can run dry before a slow machine reaches a scenario's last steps;
+    gated, each step has records of its own to consume.
+    """
+
+    def __init__(self, opened: int) -> None:
+        self._opened = opened
+        self._changed = asyncio.Condition()
+
+    async def open_to(self, chunks: int) -> None:
+        async with self._changed:
+            self._opened = max(self._opened, chunks)
+            self._changed.notify_all()
+
+    async def wait_open(self, index: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: index < self._opened)
+
+
 async def feed(
     bootstrap: str,
     topic: str,
@@ -552,9 +573,12 @@ async def feed(
     *,
     chunk: int = 100,
     pause_s: float = 0.5,
+    gate: ChunkGate | None = None,
 ) -> Layout:
     """Produces the records chunk by chunk with a pause between chunks (run it as a task)."""
-    for start in range(0, len(records), chunk):
+    for index, start in enumerate(range(0, len(records), chunk)):
+        if gate is not None:
+            await gate.wait_open(index)
         await produce(bootstrap, topic, records[start : start + chunk], layout)
         if start + chunk < len(records):
             await asyncio.sleep(pause_s)
