@@ -24,6 +24,7 @@ from outbox_core.executors import AiomysqlExecutor, Plan, Rows, Statement, run_p
 from outbox_core.queries import query
 
 RECONNECT_PAUSE_S = 1.0
+CLOSE_WAIT_S = 5.0
 
 
 def session_init(lock_wait_s: float, statement_s: float, replica: str | None = None) -> str:
@@ -93,16 +94,28 @@ class MariadbPool:
         )
 
     async def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            await self._pool.wait_closed()
-            self._pool = None
+        """Waits up to CLOSE_WAIT_S for the connections in use to come back, then closes
+        the ones still out: aiomysql's own close waits for every connection, and one that
+        was never given back would keep the relay from stopping."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        pool.close()
+        try:
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await pool.wait_closed()
+        except TimeoutError:
+            pool.terminate()
 
     async def _acquire(self) -> Any:
         if self._pool is None:
             raise DatabaseError("the MariaDB pool is not open", retriable=False)
         try:
-            return await asyncio.wait_for(self._pool.acquire(), self._timeout)
+            # Not asyncio.wait_for: in Python 3.11 it checks out in a task of its own and,
+            # when the caller is cancelled just as that task got a connection, returns the
+            # connection and swallows the cancellation, so a relay told to stop goes on.
+            async with asyncio.timeout(self._timeout):
+                return await self._pool.acquire()
         except TimeoutError:
             raise DatabaseError(
                 f"no MariaDB connection within {self._timeout:g} s", retriable=True

@@ -12,7 +12,6 @@ sleeping, retrying, supervising named tasks and telling /healthz that they are a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -31,6 +30,10 @@ T = TypeVar("T")
 # long outage costs a try every 5-10 s.
 RETRY_BACKOFF = BackoffPolicy(base_s=0.2, max_s=10.0, jitter=True)
 RESTART_DELAY_S = 1.0
+# Shutdown: how long cancelled tasks get to end, and how often one still running is
+# cancelled again.
+CANCEL_WAIT_S = 10.0
+RECANCEL_S = 1.0
 
 
 class Wake(asyncio.Event):
@@ -175,14 +178,30 @@ class Supervisor:
         task.add_done_callback(lambda t: self.tasks.get(name) is t and self.tasks.pop(name))
         return task
 
-    async def cancel_all(self) -> None:
-        """Cancel every supervised task and wait for each to end."""
+    async def cancel_all(self, wait_s: float = CANCEL_WAIT_S) -> None:
+        """Cancel every supervised task and wait up to wait_s for them to end. One still
+        running then is named in a warning, with the line it waits at, and left behind: a
+        daemon told to stop must stop. (A cancellation can be lost: in Python 3.11,
+        asyncio.wait_for swallows it when what it waits for has just finished, and a task
+        cancelled again a moment later ends.)"""
         tasks, self.tasks = dict(self.tasks), {}
+        deadline = time.monotonic() + wait_s
+        running = set(tasks.values())
+        while running:
+            for task in running:
+                task.cancel()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _, running = await asyncio.wait(running, timeout=min(left, RECANCEL_S))
         for name, task in tasks.items():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            self.log.debug("task stopped", extra={"task": name})
+            if task in running:
+                self.log.warning(
+                    "task did not stop when cancelled; stopping without it",
+                    extra={"task": name, "waiting_at": _waiting_at(task)},
+                )
+            else:
+                self.log.debug("task stopped", extra={"task": name})
 
 
 # A long synchronous stretch over many items blocks every other task of the event loop:
@@ -203,3 +222,14 @@ async def pieces(items: Sequence[T]) -> AsyncIterator[tuple[int, Sequence[T]]]:
         if start:
             await asyncio.sleep(0)
         yield start, items[start : start + PIECE]
+
+
+def _waiting_at(task: asyncio.Task[None]) -> str:
+    """Where a suspended task waits: its chain of awaits, outermost first, each as
+    function (file:line); Task.get_stack gives only the outermost frame of a suspended one."""
+    chain = []
+    step: object = task.get_coro()
+    while (frame := getattr(step, "cr_frame", None)) is not None:
+        chain.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
+        step = getattr(step, "cr_await", None)
+    return " > ".join(chain) or "unknown"

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic import SecretStr
 
+from outbox_core import mariadb_pool
 from outbox_core.errors import DatabaseError, OutboxError
 from outbox_core.executors import Statement
 from outbox_core.mariadb_pool import MariadbPool, session_init
@@ -269,3 +270,17 @@ async def test_a_connection_refused_is_a_retriable_database_error(maria: Backend
                 assert caught.value.retriable, caught.value
         finally:
             await pool.close()
+
+
+async def test_closing_the_pool_does_not_wait_for_a_connection_never_given_back(
+    maria: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiomysql's close waits for every connection checked out; the relay's shutdown
+    must end even when one was lost to a cancelled statement."""
+    monkeypatch.setattr(mariadb_pool, "CLOSE_WAIT_S", 0.5)
+    pool = MariadbPool(maria.url, max_size=2)
+    await pool.open()
+    lost = await pool._pool.acquire()
+    assert await pool.run(Statement("outbox_count_unpublished")) == [(0,)]
+    await asyncio.wait_for(pool.close(), 30)
+    assert lost.closed

@@ -4,6 +4,7 @@ retrying with backoff."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -109,3 +110,53 @@ async def test_retry_waits_exactly_the_core_backoffs_waits(monkeypatch: pytest.M
 def test_the_daemons_retry_with_the_jittered_retry_backoff() -> None:
     assert Supervisor(logging.getLogger("test.supervisor")).retry_backoff is RETRY_BACKOFF
     assert (RETRY_BACKOFF.base_s, RETRY_BACKOFF.max_s, RETRY_BACKOFF.jitter) == (0.2, 10.0, True)
+
+
+async def test_cancel_all_cancels_again_a_task_that_swallowed_its_cancellation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sup, swallowed = supervisor(), asyncio.Event()
+
+    async def swallows_once() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            swallowed.set()  # what Python 3.11's wait_for does when its awaitable just ended
+        await asyncio.Event().wait()
+
+    sup.spawn("swallower", swallows_once)
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.WARNING, logger="test.supervisor"):
+        await sup.cancel_all(wait_s=30)
+    assert swallowed.is_set()
+    assert not caplog.records  # ended on the second cancellation, no warning
+    assert sup.tasks == {}
+
+
+async def test_cancel_all_stops_waiting_for_a_task_that_will_not_end_and_says_where_it_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sup, release = supervisor(), asyncio.Event()
+
+    async def stubborn_wait() -> None:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+
+    sup.spawn("stubborn", stubborn_wait)
+    sup.spawn("polite", lambda: asyncio.sleep(3600))
+    await asyncio.sleep(0)
+    tasks = dict(sup.tasks)
+    try:
+        with caplog.at_level(logging.WARNING, logger="test.supervisor"):
+            await sup.cancel_all(wait_s=0.3)
+        assert tasks["polite"].cancelled()
+        [warning] = caplog.records
+        assert warning.getMessage() == "task did not stop when cancelled; stopping without it"
+        assert warning.task == "stubborn"  # type: ignore[attr-defined]
+        assert " > stubborn_wait (" in warning.waiting_at  # type: ignore[attr-defined]
+        assert "test_supervisor.py:" in warning.waiting_at  # type: ignore[attr-defined]
+    finally:
+        release.set()
+        tasks["stubborn"].cancel()
+        await asyncio.wait({tasks["stubborn"]})
