@@ -83,3 +83,15 @@ def test_the_threshold_is_the_lowest_of_bulk_rows_the_cap_and_the_batch() -> Non
     assert bulk is not None
     assert bulk.only == frozenset({"A"})
     assert bulk.max_rows == 4
+
+
+def test_untenanted_rows_count_as_one_tenant_whether_none_or_empty() -> None:
+    """A row's tenant is None or '' by how it was written: both are the untenanted rows,
+    and together they reach the threshold."""
+    lanes = TenantLanes(TenantTurns(), bulk_rows=10, batch_size=50)
+    lanes.claimed("quick", 1, rows((None, 2, 5), ("", 2, 5), ("B", 3, 9)))
+    lanes.settled("quick", 1)
+    assert scopes(lanes) == (frozenset({""}), frozenset({""}))
+    # Back in the bulk lane, five of each still make a backlog in shard 2.
+    lanes.claimed("bulk", 2, rows((None, 2, 5), ("", 2, 5)))
+    assert scopes(lanes)[0] == frozenset({""})
