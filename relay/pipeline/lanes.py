@@ -30,14 +30,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from operator import attrgetter
 from typing import Literal
 
 from relay.store import ClaimedRow, TenantTurns
 
 LaneName = Literal["quick", "bulk"]
-
-_TENANT_SHARD = attrgetter("tenant", "shard")
 
 
 class TenantLanes:
@@ -67,19 +64,13 @@ class TenantLanes:
 
     def claimed(self, lane: LaneName, number: int, rows: Sequence[ClaimedRow]) -> None:
         """What the lane's claim number `number` found decides who moves."""
-        # Counted in C, then folded over the few (tenant, shard) pairs: a bulk claim is
-        # thousands of rows, counted in the event loop the quick lane shares.
-        counts: Counter[tuple[str, int]] = Counter()
-        for (tenant, shard), n in Counter(map(_TENANT_SHARD, rows)).items():
-            counts[tenant or "", shard] += n
+        counts = Counter((row.tenant or "", row.shard) for row in rows)
         if lane == "quick":
             for (tenant, _), n in counts.items():
                 if n >= self.threshold and tenant not in self._to_bulk:
                     self._to_bulk[tenant] = number
             return
-        rows_of: Counter[int] = Counter()
-        for (_, shard), n in counts.items():
-            rows_of[shard] += n
+        rows_of = Counter(row.shard for row in rows)
         staying = {
             tenant
             for (tenant, shard), n in counts.items()

@@ -37,7 +37,7 @@ from aiokafka.partitioner import murmur2
 
 from outbox_core.kafka_faults import KafkaFault, fault_of
 from outbox_core.kafka_security import KafkaSecurity
-from outbox_core.supervisor import PIECE, pieces
+from outbox_core.supervisor import PIECE
 from relay.transport.aiokafka_adapter import (
     BatchBuilder,
     TopicDirectory,
@@ -310,24 +310,23 @@ class KafkaPublisher:
             partitions = self._partitions(topics)
         groups: dict[tuple[str, int], list[tuple[int, OutgoingRecord]]] = {}
         refused: set[tuple[str, bytes]] = set()
-        async for start, piece in pieces(records):  # a bulk claim gives the other lane turns
-            for i, record in enumerate(piece, first + start):
-                known = partitions[record.topic]
-                if known is None:
-                    continue  # HELD: the topic is being looked up, beside the cycle
-                if isinstance(known, PublishFailed):
-                    # Its first record carries the topic's failure; the later ones are HELD
-                    # behind it, as behind any refused record of their key.
-                    if (record.topic, record.key) not in refused:
-                        refused.add((record.topic, record.key))
-                        results[i] = known
-                    continue
-                partition = known[_key_slot(record.key) % len(known)]
-                group = groups.get((record.topic, partition))
-                if group is None:
-                    groups[record.topic, partition] = [(i, record)]
-                else:
-                    group.append((i, record))
+        for i, record in enumerate(records, first):
+            known = partitions[record.topic]
+            if known is None:
+                continue  # HELD: the topic is being looked up, beside the cycle
+            if isinstance(known, PublishFailed):
+                # Its first record carries the topic's failure; the later ones are HELD
+                # behind it, as behind any refused record of their key.
+                if (record.topic, record.key) not in refused:
+                    refused.add((record.topic, record.key))
+                    results[i] = known
+                continue
+            partition = known[_key_slot(record.key) % len(known)]
+            group = groups.get((record.topic, partition))
+            if group is None:
+                groups[record.topic, partition] = [(i, record)]
+            else:
+                group.append((i, record))
         sizes = {topic: self._sizes(topic) for topic, _ in groups}
         if any(largest is None for _, largest in sizes.values()):
             await self._limits.read(LOOKUP_WAIT_S)  # as for a topic's lookup
