@@ -180,7 +180,7 @@ class Supervisor:
 
     async def cancel_all(self, wait_s: float = CANCEL_WAIT_S) -> None:
         """Cancel every supervised task and wait up to wait_s for them to end. One still
-        running then is named in a warning, with the line it waits at, and left behind: a
+        running then is named in a warning, with where it waits, and left behind: a
         daemon told to stop must stop. (A cancellation can be lost: in Python 3.11,
         asyncio.wait_for swallows it when what it waits for has just finished, and a task
         cancelled again a moment later ends.)"""
@@ -201,6 +201,8 @@ class Supervisor:
                     extra={"task": name, "waiting_at": _waiting_at(task)},
                 )
             else:
+                if not task.cancelled():
+                    task.exception()  # retrieved: asyncio would log it at collection
                 self.log.debug("task stopped", extra={"task": name})
 
 
