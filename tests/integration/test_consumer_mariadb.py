@@ -20,7 +20,7 @@ from sqlalchemy import create_engine
 from consumer_lib import SqlAlchemySync
 from outbox_core.errors import OutboxError
 from tests.support import mariadb
-from tests.support.consumers import consumer_sql, new_group, prepare, processed_ids
+from tests.support.consumers import new_group, prepare, processed_ids
 from tests.support.db import Backend, mariadb_backend
 from tests.support.waits import until
 
@@ -39,10 +39,6 @@ def maria(mariadb_url: str) -> Backend:
 def database(backend: Backend, level: str, driver: str = "pymysql") -> SqlAlchemySync:
     url = mariadb.sqlalchemy_url(backend.target, driver)
     return SqlAlchemySync(create_engine(url, isolation_level=level))
-
-
-def lock_waits(backend: Backend) -> int:
-    return int(backend.run(consumer_sql("mariadb", "lock_waits"))[0][0])
 
 
 class Holder:
@@ -91,12 +87,15 @@ async def test_a_second_transaction_waits_for_the_first_and_applies_the_event_on
                 raise AssertionError(f"the second ended before it waited: {b.result()!r}")
 
         await until(
-            lambda: lock_waits(maria),
+            maria.lock_waiters,
             60,
             "the second waiting",
             blocking=True,
             alive=second_alive,
-            state=lambda: maria.fetch("transactions_of_this_database"),
+            state=lambda: (
+                maria.mariadb_waiting_transactions(),
+                maria.fetch("sessions_of_this_database"),
+            ),
         )
         holder.fail = not first_commits
         holder.release.set()

@@ -219,9 +219,7 @@ async def until_rotated_or_waiting(pg: Backend, rotation: Awaitable[T]) -> T | N
     """The rotation's result, or None as soon as a session of the database waits for a
     lock (the rotation queued behind a holder), whichever comes first."""
     task = asyncio.ensure_future(rotation)
-    await until(
-        lambda: task.done() or pg.scalar("lock_waiters") >= 1, 20, "the rotation or a waiter"
-    )
+    await until(lambda: task.done() or pg.lock_waiters() >= 1, 20, "the rotation or a waiter")
     if task.done():
         return task.result()
     return None

@@ -53,7 +53,7 @@ async def test_purges_waiting_on_locks_hold_up_no_claim_settle_or_lease_round(
         # Two purges, as many as the side loops have connections: both wait on the lock.
         purges = [asyncio.create_task(store.purge(3600, 1, 100)) for _ in range(2)]
         await until(
-            lambda: int(backend.fetch("lock_waiters")[0][0]) >= 2,
+            lambda: backend.lock_waiters() >= 2,
             30,
             "both purges waiting on the held idempotency keys",
             blocking=True,

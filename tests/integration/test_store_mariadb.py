@@ -203,13 +203,9 @@ async def test_a_settle_and_its_relays_renewal_lock_the_lease_rows_in_one_order(
     try:
         maria.run_on(blocker, "lease_row_hold", {"shard": 8})
         waiting = asyncio.create_task(settle(store, OWNER, held, [], [], False))
-        await until(
-            lambda: maria.scalar("lock_waiters") == 1, 10, "the settle to wait", blocking=True
-        )
+        await until(lambda: maria.lock_waiters() == 1, 10, "the settle to wait", blocking=True)
         renewing = asyncio.create_task(store.lease_renew(OWNER, held, 30))
-        await until(
-            lambda: maria.scalar("lock_waiters") == 2, 10, "the renewal to wait", blocking=True
-        )
+        await until(lambda: maria.lock_waiters() == 2, 10, "the renewal to wait", blocking=True)
     finally:
         blocker.commit()
         blocker.close()

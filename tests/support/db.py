@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from outbox_core.database_url import MariadbTarget
 from outbox_core.migrate import migrate
 from outbox_core.queries import Dialect, parse_blocks
 from tests.support import mariadb
@@ -111,6 +112,19 @@ class Backend:
 
     def scalar(self, name: str) -> Any:
         return self.fetch(name)[0][0]
+
+    def lock_waiters(self) -> int:
+        """Transactions of this database waiting for a lock another one holds."""
+        if self.dialect == "mariadb":
+            return len(self.mariadb_waiting_transactions())
+        return int(self.scalar("lock_waiters"))
+
+    def mariadb_waiting_transactions(self) -> list[str]:
+        """MariaDB: the waiting transactions of this database, as its lock monitor prints
+        them (tests.support.mariadb.waiting_transactions says why not innodb_trx)."""
+        database = MariadbTarget.parse(self.target).database
+        assert database, f"{self.target} names a server, not a database"
+        return mariadb.waiting_transactions(self.fetch("innodb_status")[0][2], database)
 
     def migrate(self, **kw: Any) -> None:
         migrate(self.url, **kw)

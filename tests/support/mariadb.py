@@ -8,6 +8,7 @@ test process made are dropped when its session ends.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
 from typing import Any
@@ -50,6 +51,29 @@ def sqlalchemy_url(url: str, driver: str) -> str:
 def quote_name(name: str) -> str:
     """`name` as a MariaDB identifier, whatever it holds."""
     return "`" + name.replace("`", "``") + "`"
+
+
+# The line after a waiting transaction's "TRX HAS BEEN WAITING" names the table it waits on.
+_WAIT = re.compile(
+    r"TRX HAS BEEN WAITING \d+ us FOR THIS LOCK TO BE GRANTED:\n"
+    r"(?:RECORD LOCKS .*? of table|TABLE LOCK table) `((?:[^`]|``)+)`\."
+)
+
+
+def waiting_transactions(innodb_status: str, database: str) -> list[str]:
+    """The transactions of SHOW ENGINE INNODB STATUS waiting for a lock on a table of
+    `database`, each as the monitor prints it (its statement, the lock it waits for).
+
+    Not information_schema.innodb_trx: the server fills it from one cache, refreshed only
+    when nobody read it for 100 ms. Tests polling it side by side kept it stale for each
+    other, and a waiting transaction went unseen until its 50 s lock wait timed out. The
+    monitor is built when asked."""
+    blocks = innodb_status.split("\n---TRANSACTION ")[1:]
+    return [
+        "---TRANSACTION " + block
+        for block in blocks
+        if any(m.group(1).replace("``", "`") == database for m in _WAIT.finditer(block))
+    ]
 
 
 class MariaDatabases:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from scripts.ports import refusing_address, reserved_port, reserved_ports, taken_port
-from tests.support import timings
+from tests.support import mariadb, timings
 
 
 def report(nodeid: str, when: str, duration: float) -> Any:
@@ -93,3 +93,56 @@ def test_a_refusing_address_refuses_and_a_taken_port_cannot_be_bound() -> None:
         with pytest.raises(OSError, match="in use") as failed:
             other.bind(("127.0.0.1", port_number))
         assert failed.value.errno == errno.EADDRINUSE
+
+
+# A slice of MariaDB 10.11's SHOW ENGINE INNODB STATUS with tests side by side: one waiter
+# on a row of db_a (in its SELECT, no id yet), one inserting in db_b, one on a table lock
+# of db_a, and a transaction holding its locks (no wait).
+INNODB_STATUS = """
+------------
+TRANSACTIONS
+------------
+LIST OF TRANSACTIONS FOR EACH SESSION:
+---TRANSACTION (0x7f11a9291480), ACTIVE 10 sec starting index read
+mysql tables in use 2, locked 2
+LOCK WAIT 2 lock struct(s), heap size 1128, 1 row lock(s)
+MariaDB thread id 12988, OS thread handle 139713481316032, query id 68221 127.0.0.1 outbox Sending data
+INSERT INTO processed_events (consumer_group, event_id, processed_at) SELECT 1
+------- TRX HAS BEEN WAITING 9183141 us FOR THIS LOCK TO BE GRANTED:
+RECORD LOCKS space id 21515 page no 5 n bits 320 index processed_events_group_age_idx of table `db_a`.`processed_events` trx id 0 lock mode S waiting
+Record lock, heap no 2 PHYSICAL RECORD: n_fields 3; compact format; info bits 0
+
+------------------
+---TRANSACTION 545339, ACTIVE 8 sec inserting
+LOCK WAIT 2 lock struct(s), heap size 1128, 1 row lock(s)
+MariaDB thread id 14155, OS thread handle 139713482544832, query id 74534 127.0.0.1 outbox Creating sort index
+INSERT INTO processed_events (consumer_group, event_id, processed_at) SELECT 2
+------- TRX HAS BEEN WAITING 8000000 us FOR THIS LOCK TO BE GRANTED:
+RECORD LOCKS space id 21516 page no 5 n bits 320 index PRIMARY of table `db_b`.`processed_events` trx id 545339 lock mode S waiting
+------------------
+---TRANSACTION 545340, ACTIVE 2 sec
+LOCK WAIT 1 lock struct(s), heap size 1128, 0 row lock(s)
+MariaDB thread id 14160, OS thread handle 139713482544833, query id 74540 127.0.0.1 outbox Waiting
+LOCK TABLES outbox_events WRITE
+------- TRX HAS BEEN WAITING 2000000 us FOR THIS LOCK TO BE GRANTED:
+TABLE LOCK table `db_a`.`outbox_events` trx id 545340 lock mode X waiting
+------------------
+---TRANSACTION 545335, ACTIVE 11 sec
+2 lock struct(s), heap size 1128, 1 row lock(s), undo log entries 1
+MariaDB thread id 14144, OS thread handle 139713478858432, query id 74444 127.0.0.1 outbox
+--------
+FILE I/O
+--------
+"""
+
+
+def test_the_lock_monitor_s_waiters_are_counted_per_database() -> None:
+    waiting = mariadb.waiting_transactions(INNODB_STATUS, "db_a")
+    assert [block.splitlines()[0] for block in waiting] == [
+        "---TRANSACTION (0x7f11a9291480), ACTIVE 10 sec starting index read",
+        "---TRANSACTION 545340, ACTIVE 2 sec",
+    ]
+    assert "SELECT 1" in waiting[0]
+    assert len(mariadb.waiting_transactions(INNODB_STATUS, "db_b")) == 1
+    assert mariadb.waiting_transactions(INNODB_STATUS, "db") == []  # a prefix is not a match
+    assert mariadb.waiting_transactions("", "db_a") == []

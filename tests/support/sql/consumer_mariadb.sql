@@ -34,8 +34,3 @@ FROM consumer_dead_letters ORDER BY id;
 -- name: processed_event_backdate
 UPDATE processed_events SET processed_at = processed_at - INTERVAL %(seconds)s SECOND
 WHERE consumer_group = %(consumer_group)s;
-
--- name: lock_waits
--- Transactions of this server waiting for a row lock (the information schema is
--- server-wide; each test's transactions are its own database's).
-SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT';

@@ -226,13 +226,15 @@ INSERT INTO outbox_events (event_id, topic, `key`, shard, event_type, payload, h
 VALUES (UUID(), %(topic)s, %(key)s, %(shard)s, 'Hostile', %(payload)s, %(headers)s)
 RETURNING id;
 
--- name: lock_waiters
--- Transactions of this database waiting for a row lock (innodb_trx is server-wide: the
--- processlist names each one's database).
-SELECT count(*)
-FROM information_schema.innodb_trx t
-JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE();
+-- name: innodb_status
+-- The lock monitor, built when asked: every open transaction, and what each waits for.
+SHOW ENGINE INNODB STATUS;
+
+-- name: sessions_of_this_database
+-- Each session on this database: what it runs and for how long.
+SELECT id, command, state, time, info
+FROM information_schema.processlist
+WHERE db = DATABASE();
 
 -- name: session_lock_wait_short
 -- A lock wait ends with error 1205 after a second instead of the server's 50.
@@ -245,10 +247,3 @@ KILL CONNECTION %(id)s;
 -- name: session_inserts
 -- INSERT statements this session has run (emit_batch sends one for a whole batch).
 SHOW SESSION STATUS LIKE 'Com_insert';
-
--- name: transactions_of_this_database
--- Each open transaction of this database: its state, what it runs, what it waits for.
-SELECT t.trx_state, t.trx_query, t.trx_requested_lock_id, p.command, p.state, p.time
-FROM information_schema.innodb_trx t
-JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-WHERE p.db = DATABASE();
