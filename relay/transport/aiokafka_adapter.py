@@ -247,6 +247,37 @@ def transaction_failure(producer: AIOKafkaProducer) -> BaseException | None:
     return unknown
 
 
+async def stop_unsent_dropped(producer: AIOKafkaProducer) -> None:
+    """Stop the producer without delivering what it has not sent. aiokafka's stop waits
+    for every batch to be delivered, which has no end while the broker is away: a relay
+    told to stop, or replacing a broken producer, would wait out the outage. The relay
+    never counts on a stop to deliver (a batch's rows stay pending and go out again).
+
+    The sender goes first: cancelled, it lets each produce request in flight end (one
+    attempt, within request_timeout_ms) and sends nothing more, so no batch of this
+    producer can reach the broker behind its replacement's records. Then the stop waits
+    for nothing, and the batches left fail, ending every wait on them."""
+    sender = producer._sender
+    task = None if sender is None else sender.sender_task
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task})
+    with contextlib.suppress(Exception):
+        await producer.stop()
+    accumulator = producer._message_accumulator
+    # A batch sent once and queued again still has the callback that takes it out of the
+    # pending set when it ends (aiokafka adds it on the first send only): back in that
+    # set, failing it does not make the callback raise.
+    for queue in accumulator._batches.values():
+        accumulator._pending_batches.update(b for b in queue if b.retry_count)
+    accumulator.fail_all(
+        kafka_errors.KafkaConnectionError("the producer was stopped with this batch unsent")
+    )
+    read_left_failures(producer)
+    if task is not None and not task.cancelled():
+        task.exception()  # read: a sender that failed already reported its batches
+
+
 def read_left_failures(producer: AIOKafkaProducer) -> None:
     """Read the errors a stopped sender left on futures no caller awaits (its transaction
     manager's and each batch's drain waiter): unread, each is logged as an ERROR with

@@ -43,8 +43,8 @@ from relay.transport.aiokafka_adapter import (
     TopicDirectory,
     TopicState,
     quick_transaction_retries,
-    read_left_failures,
     record_batch,
+    stop_unsent_dropped,
 )
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka_settings import KafkaSettings
@@ -212,9 +212,7 @@ class KafkaPublisher:
         if topics is not None:
             await topics.close()
         if producer is not None:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            read_left_failures(producer)
+            await stop_unsent_dropped(producer)
         await self._limits.close()
 
     async def recreate(self) -> None:
