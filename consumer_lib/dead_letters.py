@@ -39,6 +39,7 @@ from consumer_lib.event import SourceRecord
 from consumer_lib.settings import ConsumerSettings, kafka_options
 from outbox_core.driver_errors import first_line
 from outbox_core.kafka_names import legal_topic
+from outbox_core.kafka_producer import stop_unsent_dropped
 from outbox_core.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -171,7 +172,9 @@ class DeadLetters:
             await self._sup.retry("dead-letter topics", self._ensure_topics, kafka_retriable)
 
     async def stop(self) -> None:
-        await self._producer.stop()
+        # Not aiokafka's stop, which waits for the broker while a dead letter is unsent: that
+        # record's offset is not committed, so it comes back and is dead-lettered again.
+        await stop_unsent_dropped(self._producer)
 
     def stuck(self, longer_than_s: float) -> str | None:
         """A partition whose dead-letter send has been refused by a reachable broker for

@@ -23,7 +23,8 @@ previous commit's markers were not written yet, is aiokafka's constant
 adding partitions before any record is sent to them (`add_to_transaction`: the
 coordinator's round trip then runs beside the claim) and the error that left the
 producer unusable (`transaction_failure`) are its transaction manager's; the futures a
-stopped sender leaves failed (`read_left_failures`) are its accumulator's.
+stopped sender leaves failed (`read_left_failures`) are its accumulator's, read as
+outbox_core.kafka_producer reads them when it stops a producer without delivering.
 
 Everything else (send_batch, the builder's append and close, the transaction calls) is
 aiokafka's public API.
@@ -44,6 +45,7 @@ from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from outbox_core.kafka_names import legal_topic
+from outbox_core.kafka_producer import read_batch_failures
 
 __all__ = [
     "BatchBuilder",
@@ -247,48 +249,12 @@ def transaction_failure(producer: AIOKafkaProducer) -> BaseException | None:
     return unknown
 
 
-async def stop_unsent_dropped(producer: AIOKafkaProducer) -> None:
-    """Stop the producer without delivering what it has not sent. aiokafka's stop waits
-    for every batch to be delivered, which has no end while the broker is away: a relay
-    told to stop, or replacing a broken producer, would wait out the outage. The relay
-    never counts on a stop to deliver (a batch's rows stay pending and go out again).
-
-    The sender goes first: cancelled, it lets each produce request in flight end (one
-    attempt, within request_timeout_ms) and sends nothing more, so no batch of this
-    producer can reach the broker behind its replacement's records. Then the stop waits
-    for nothing, and the batches left fail, ending every wait on them."""
-    sender = producer._sender
-    task = None if sender is None else sender.sender_task
-    if task is not None and not task.done():
-        task.cancel()
-        await asyncio.wait({task})
-    with contextlib.suppress(Exception):
-        await producer.stop()
-    accumulator = producer._message_accumulator
-    # A batch sent once and queued again still has the callback that takes it out of the
-    # pending set when it ends (aiokafka adds it on the first send only): back in that
-    # set, failing it does not make the callback raise.
-    for queue in accumulator._batches.values():
-        accumulator._pending_batches.update(b for b in queue if b.retry_count)
-    accumulator.fail_all(
-        kafka_errors.KafkaConnectionError("the producer was stopped with this batch unsent")
-    )
-    read_left_failures(producer)
-    if task is not None and not task.cancelled():
-        task.exception()  # read: a sender that failed already reported its batches
-
-
 def read_left_failures(producer: AIOKafkaProducer) -> None:
     """Read the errors a stopped sender left on futures no caller awaits (its transaction
     manager's and each batch's drain waiter): unread, each is logged as an ERROR with
     its traceback when collected, though the relay handled the failure."""
     transaction_failure(producer)
-    accumulator = producer._message_accumulator
-    batches = [b for queue in accumulator._batches.values() for b in queue]
-    for batch in [*batches, *accumulator._pending_batches]:
-        for waiter in (batch.future, batch._drain_waiter):
-            if waiter.done() and not waiter.cancelled():
-                waiter.exception()
+    read_batch_failures(producer)
 
 
 def add_to_transaction(producer: AIOKafkaProducer, partitions: frozenset[TopicPartition]) -> None:

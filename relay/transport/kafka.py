@@ -36,6 +36,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from outbox_core.kafka_faults import KafkaFault, fault_of
+from outbox_core.kafka_producer import stop_unsent_dropped
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.supervisor import PIECE
 from relay.transport.aiokafka_adapter import (
@@ -43,8 +44,8 @@ from relay.transport.aiokafka_adapter import (
     TopicDirectory,
     TopicState,
     quick_transaction_retries,
+    read_left_failures,
     record_batch,
-    stop_unsent_dropped,
 )
 from relay.transport.errors import FailureReason, PublishFailed
 from relay.transport.kafka_settings import KafkaSettings
@@ -213,6 +214,7 @@ class KafkaPublisher:
             await topics.close()
         if producer is not None:
             await stop_unsent_dropped(producer)
+            read_left_failures(producer)  # the transaction's too
         await self._limits.close()
 
     async def recreate(self) -> None:

@@ -1,34 +1,56 @@
-"""The Kafka publisher while its broker is away, against the real broker (serial: the test
-stops the shared one).
+"""The project's Kafka producers while their broker is away, against the real broker
+(serial: the tests stop the shared one).
 
 aiokafka's own stop waits until every batch its producer holds is delivered, and while the
-broker is away that wait has no end. The relay stops a producer to replace it after a fatal
-error and when it is told to stop: either would wait out the outage, logging nothing. The
-publisher's stop drops what its producer has not sent (the rows stay pending, and the next
-producer sends them), and nothing of the stopped producer reaches the broker later.
+broker is away that wait has no end. The relay stops its producer to replace it after a
+fatal error and when it is told to stop, and a consumer stops its dead-letter producer when
+it is told to stop: each would wait out the outage, logging nothing. Both stops drop what
+their producer has not sent (outbox_core.kafka_producer): the relay's rows stay pending and
+the next producer sends them; a dead letter's record is not committed, so it comes back.
+Nothing of a stopped producer reaches the broker later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from pathlib import Path
 
 import pytest
+from aiokafka.structs import ConsumerRecord
+from sqlalchemy import create_engine
 
+from consumer_lib import SqlAlchemySync
+from consumer_lib.dead_letters import DeadLetters
+from consumer_lib.observer import ConsumerObserver
+from outbox_core.supervisor import Supervisor
 from relay.transport.errors import PublishFailed
 from relay.transport.kafka import KafkaPublisher
 from relay.transport.records import OutgoingRecord
 from tests.conftest import TopicFactory
+from tests.support.consumers import fast_settings, new_group
 from tests.support.db import Backend
 from tests.support.faults import service_down
 from tests.support.kafka import read_topic
 from tests.support.relay import relay_settings
 from tests.support.services import managed_services
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
 # Without the broker, a publish call's batches go without acks after three request timeouts.
 REQUEST_TIMEOUT_MS = 2_000
 STOP_BOUND_S = 30
+
+
+def require_managed_services() -> None:
+    if not managed_services():
+        pytest.skip("stops the broker: scripts/test runs it with the servers it manages")
+
+
+def callback_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What asyncio logged: an exception raised in a callback (aiokafka's bookkeeping)."""
+    return [r.getMessage() for r in caplog.records if r.name == "asyncio"]
 
 
 def records(topic: str, first: int, count: int) -> list[OutgoingRecord]:
@@ -42,8 +64,7 @@ def records(topic: str, first: int, count: int) -> list[OutgoingRecord]:
 async def test_a_publisher_stops_at_once_while_the_broker_is_away_and_sends_nothing_after(
     pg: Backend, kafka_bootstrap: str, new_topic: TopicFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if not managed_services():
-        pytest.skip("stops the broker: scripts/test runs it with the servers it manages")
+    require_managed_services()
     topic = await new_topic("broker-away", partitions=3)
     settings = relay_settings(pg, kafka_bootstrap, kafka_request_timeout_ms=REQUEST_TIMEOUT_MS)
     publisher = KafkaPublisher(settings.kafka, settings.kafka_security.resolve())
@@ -71,4 +92,62 @@ async def test_a_publisher_stops_at_once_while_the_broker_is_away_and_sends_noth
     got = sorted(int(r.value or b"-1") for r in await read_topic(kafka_bootstrap, topic))
     assert got == list(range(11))
     # Dropping the batches broke none of aiokafka's bookkeeping: no callback of its raised.
-    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    assert callback_errors(caplog) == []
+
+
+def still(task: asyncio.Task[None]) -> None:
+    if task.done():
+        raise AssertionError(f"the dead letter's send ended while the broker is away: {task!r}")
+
+
+def source_record(topic: str, offset: int) -> ConsumerRecord[bytes, bytes]:
+    value = str(offset).encode()
+    return ConsumerRecord(topic, 0, offset, 0, 0, b"k", value, None, len(value), 1, [])
+
+
+@pytest.mark.serial
+async def test_a_consumer_s_dead_letters_stop_at_once_while_the_broker_is_away(
+    kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead letter on its way when the consumer is told to stop: the consumer cancels the
+    send (its record stays uncommitted), then stops the producer, which holds the batch."""
+    require_managed_services()
+    topic = await new_topic("dead-letters-away")
+    settings = fast_settings(kafka_bootstrap, new_group())
+    database = SqlAlchemySync(create_engine(f"sqlite:///{tmp_path / 'consumer.sqlite3'}"))
+    dead_letters = DeadLetters(
+        settings,
+        [topic],
+        supervisor=Supervisor(logging.getLogger("test.dead_letters")),
+        observer=ConsumerObserver(),
+        database=database,
+        transient=lambda exc: False,
+    )
+    await dead_letters.start()  # creates the dead-letter topic
+    try:
+        await dead_letters.send(source_record(topic, 0), RuntimeError("handler failed"))
+        with service_down("kafka"):
+            sending = asyncio.create_task(
+                dead_letters.send(source_record(topic, 1), RuntimeError("handler failed"))
+            )
+            await until(
+                lambda: "Got error produce response" in caplog.text,
+                STOP_BOUND_S,
+                "the dead letter sent to the broker that is away",
+                alive=lambda: still(sending),
+            )
+            sending.cancel()  # what the consumer's shutdown does to it
+            await asyncio.wait({sending})
+            try:
+                async with asyncio.timeout(STOP_BOUND_S):
+                    await dead_letters.stop()
+            except TimeoutError:
+                pytest.fail(f"the dead-letter producer's stop waited {STOP_BOUND_S}s")
+    finally:
+        await dead_letters.stop()  # again after a failure: a stopped producer returns
+        await database.close()
+    got = [
+        r.value for r in await read_topic(kafka_bootstrap, settings.dead_letter_topic_for(topic))
+    ]
+    assert got == [b"0"]  # the stopped producer sent nothing once the broker was back
+    assert callback_errors(caplog) == []

@@ -1,0 +1,59 @@
+"""Stopping an aiokafka producer without waiting for the broker, for both of the project's
+producers: the relay's publisher and a consumer's dead letters. It uses aiokafka's
+internals (the sender's task, the accumulator's batches), kept to this module so an upgrade
+breaks it here (tests/integration/test_kafka_broker_away.py shows it on the real broker).
+
+aiokafka's `stop()` waits until every batch the producer holds is delivered. While the
+broker is away that wait has no end: a relay replacing a broken producer, or either side
+told to stop, would wait out the outage. Neither counts on a stop to deliver: an unsent
+relay batch leaves its rows pending, and an unsent dead letter leaves its record's offset
+uncommitted, so both go out again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
+
+
+async def stop_unsent_dropped(producer: AIOKafkaProducer) -> None:
+    """Stop the producer; the batches it has not delivered fail instead of being waited for.
+
+    The sender goes first: cancelled, it lets each produce request in flight end (one
+    attempt, within request_timeout_ms) and sends nothing more, so no batch of this
+    producer can reach the broker behind a replacement's records. Then the stop waits for
+    nothing, and the batches left fail, ending every wait on them."""
+    sender = producer._sender
+    task = None if sender is None else sender.sender_task
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task})
+    with contextlib.suppress(Exception):
+        await producer.stop()
+    accumulator = producer._message_accumulator
+    # A batch sent once and queued again still has the callback that takes it out of the
+    # pending set when it ends (aiokafka adds it on the first send only): back in that
+    # set, failing it does not make the callback raise.
+    for queue in accumulator._batches.values():
+        accumulator._pending_batches.update(b for b in queue if b.retry_count)
+    accumulator.fail_all(
+        kafka_errors.KafkaConnectionError("the producer was stopped with this batch unsent")
+    )
+    read_batch_failures(producer)
+    if task is not None and not task.cancelled():
+        task.exception()  # read: a sender that failed already reported its batches
+
+
+def read_batch_failures(producer: AIOKafkaProducer) -> None:
+    """Read the errors a stopped sender left on its batches' futures no caller awaits
+    (each batch's drain waiter, and a batch whose sender gave up on it): unread, each is
+    logged as an ERROR with its traceback when collected, though its failure was handled."""
+    accumulator = producer._message_accumulator
+    batches = [b for queue in accumulator._batches.values() for b in queue]
+    for batch in [*batches, *accumulator._pending_batches]:
+        for waiter in (batch.future, batch._drain_waiter):
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()
