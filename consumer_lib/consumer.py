@@ -40,6 +40,7 @@ from consumer_lib.observer import ConsumerObserver, ConsumerStats
 from consumer_lib.offsets import Offsets
 from consumer_lib.settings import ConsumerSettings, MissingIdPolicy, kafka_options
 from outbox_core.driver_errors import first_line
+from outbox_core.kafka_clients import stop_consumer
 from outbox_core.ops_http import OpsServer, Probe
 from outbox_core.periodic import every
 from outbox_core.supervisor import Supervisor
@@ -127,7 +128,7 @@ class Consumer:
             await sup.retry("kafka start", kafka.start, kafka_retriable)
             await dead_letters.start()
         except BaseException:
-            await kafka.stop()
+            await stop_consumer(kafka)
             await dead_letters.stop()
             raise
         offsets = self._offsets = Offsets(kafka, self.observer)
@@ -165,7 +166,7 @@ class Consumer:
         finally:
             await sup.cancel_all()
             await offsets.commit(None)
-            await kafka.stop()
+            await stop_consumer(kafka)
             await dead_letters.stop()
             await self.app.database.close()
             log.info("consumer stopped", extra={"processed": self.stats.processed})

@@ -38,8 +38,8 @@ from consumer_lib.errors import (
 from consumer_lib.event import SourceRecord
 from consumer_lib.settings import ConsumerSettings, kafka_options
 from outbox_core.driver_errors import first_line
+from outbox_core.kafka_clients import stop_unsent_dropped
 from outbox_core.kafka_names import legal_topic
-from outbox_core.kafka_producer import stop_unsent_dropped
 from outbox_core.supervisor import Supervisor
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ adding partitions before any record is sent to them (`add_to_transaction`: the
 coordinator's round trip then runs beside the claim) and the error that left the
 producer unusable (`transaction_failure`) are its transaction manager's; the futures a
 stopped sender leaves failed (`read_left_failures`) are its accumulator's, read as
-outbox_core.kafka_producer reads them when it stops a producer without delivering.
+outbox_core.kafka_clients reads them when it stops a producer without delivering.
 
 Everything else (send_batch, the builder's append and close, the transaction calls) is
 aiokafka's public API.
@@ -44,8 +44,8 @@ from aiokafka import errors as kafka_errors
 from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.producer.message_accumulator import BatchBuilder
 
+from outbox_core.kafka_clients import read_batch_failures
 from outbox_core.kafka_names import legal_topic
-from outbox_core.kafka_producer import read_batch_failures
 
 __all__ = [
     "BatchBuilder",

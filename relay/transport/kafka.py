@@ -35,8 +35,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
+from outbox_core.kafka_clients import stop_unsent_dropped
 from outbox_core.kafka_faults import KafkaFault, fault_of
-from outbox_core.kafka_producer import stop_unsent_dropped
 from outbox_core.kafka_security import KafkaSecurity
 from outbox_core.supervisor import PIECE
 from relay.transport.aiokafka_adapter import (

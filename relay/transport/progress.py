@@ -37,6 +37,7 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from outbox_core.kafka_clients import stop_consumer
 from outbox_core.kafka_security import KafkaSecurity
 from relay.errors import RelayConfigError
 from relay.transport.errors import FailureReason, PublishFailed
@@ -182,7 +183,7 @@ class ProgressTopic:
         for consumer in (self._reader, self._ends):
             if consumer is not None:
                 with contextlib.suppress(Exception):
-                    await consumer.stop()
+                    await stop_consumer(consumer)
         self._reader = self._ends = None
 
     async def last(self, shards: Iterable[int]) -> dict[int, Progress]:

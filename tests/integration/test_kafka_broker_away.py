@@ -5,7 +5,7 @@ aiokafka's own stop waits until every batch its producer holds is delivered, and
 broker is away that wait has no end. The relay stops its producer to replace it after a
 fatal error and when it is told to stop, and a consumer stops its dead-letter producer when
 it is told to stop: each would wait out the outage, logging nothing. Both stops drop what
-their producer has not sent (outbox_core.kafka_producer): the relay's rows stay pending and
+their producer has not sent (outbox_core.kafka_clients): the relay's rows stay pending and
 the next producer sends them; a dead letter's record is not committed, so it comes back.
 Nothing of a stopped producer reaches the broker later.
 """
@@ -20,7 +20,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 from sqlalchemy import create_engine
 
-from consumer_lib import SqlAlchemySync
+from consumer_lib import ConsumerApp, SqlAlchemySync
 from consumer_lib.dead_letters import DeadLetters
 from consumer_lib.observer import ConsumerObserver
 from outbox_core.supervisor import Supervisor
@@ -28,8 +28,8 @@ from relay.transport.errors import PublishFailed
 from relay.transport.kafka import KafkaPublisher
 from relay.transport.records import OutgoingRecord
 from tests.conftest import TopicFactory
-from tests.support.consumers import fast_settings, new_group
-from tests.support.db import Backend
+from tests.support.consumers import fast_settings, new_group, prepare, running_consumer
+from tests.support.db import Backend, sqlite_backend
 from tests.support.faults import service_down
 from tests.support.kafka import read_topic
 from tests.support.relay import relay_settings
@@ -151,3 +151,39 @@ async def test_a_consumer_s_dead_letters_stop_at_once_while_the_broker_is_away(
     ]
     assert got == [b"0"]  # the stopped producer sent nothing once the broker was back
     assert callback_errors(caplog) == []
+
+
+@pytest.mark.serial
+async def test_a_consumer_told_to_stop_while_the_broker_is_away_stops_cleanly(
+    kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiokafka's consumer stop let a fetch task's cancellation out while that task waited
+    out its retry backoff: the consumer's run ended as cancelled, its database and
+    dead-letter producer never closed."""
+    require_managed_services()
+    caplog.set_level(logging.INFO, logger="consumer_lib")
+    topic = await new_topic("consumer-away")
+    backend = prepare(sqlite_backend(tmp_path / "consumer.sqlite3"))
+    database = SqlAlchemySync(create_engine(backend.sqlalchemy_url))
+    app = ConsumerApp(fast_settings(kafka_bootstrap, new_group()), database)
+    app.handler(topic, "OrderPlaced")(lambda event, session: None)
+    async with running_consumer(app) as running:
+        await until(
+            lambda: "partitions assigned" in caplog.text,
+            60,
+            "partitions assigned",
+            alive=running.check_alive,
+        )
+        with service_down("kafka"):
+            await until(
+                lambda: "Failed fetch messages" in caplog.text,
+                STOP_BOUND_S,
+                "the consumer's fetches failing",
+                alive=running.check_alive,
+            )
+            running.consumer.stop()
+            assert running.task is not None
+            done, _ = await asyncio.wait({running.task}, timeout=STOP_BOUND_S)
+            assert done, f"the consumer did not stop within {STOP_BOUND_S}s"
+            assert running.task.exception() is None  # raises if it ended cancelled
+    assert "consumer stopped" in caplog.text  # its clean-up ran to the end
