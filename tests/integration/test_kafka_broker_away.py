@@ -1,13 +1,13 @@
-"""The project's Kafka producers while their broker is away, against the real broker
-(serial: the tests stop the shared one).
+"""The project's Kafka clients stopped while their broker is away, against the real
+broker (serial: the tests stop the shared one); outbox_core.kafka_clients says what goes
+wrong in aiokafka's own stops then.
 
-aiokafka's own stop waits until every batch its producer holds is delivered, and while the
-broker is away that wait has no end. The relay stops its producer to replace it after a
-fatal error and when it is told to stop, and a consumer stops its dead-letter producer when
-it is told to stop: each would wait out the outage, logging nothing. Both stops drop what
-their producer has not sent (outbox_core.kafka_clients): the relay's rows stay pending and
-the next producer sends them; a dead letter's record is not committed, so it comes back.
-Nothing of a stopped producer reaches the broker later.
+- The relay's publisher and a consumer's dead letters stop at once, dropping what their
+  producer has not sent: the relay's rows stay pending and the next producer sends them; a
+  dead letter's record is not committed, so it comes back. Nothing of a stopped producer
+  reaches the broker later.
+- A consumer stops cleanly: no stray cancellation comes out of its Kafka client's stop,
+  and its clean-up runs to its end.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ def callback_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "asyncio"]
 
 
-def records(topic: str, first: int, count: int) -> list[OutgoingRecord]:
+def records(topic: str, first: int, end: int) -> list[OutgoingRecord]:
+    """Records first..end-1 on seven keys, each record's value its number."""
     return [
-        OutgoingRecord(topic, f"k{n % 7}".encode(), str(n).encode(), [])
-        for n in range(first, count)
+        OutgoingRecord(topic, f"k{n % 7}".encode(), str(n).encode(), []) for n in range(first, end)
     ]
 
 
